@@ -1,0 +1,76 @@
+"""`bertkit COMMAND ...`: one module per command under bertkit.cli, imported only when used.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`. A `UserError`
+anywhere becomes one line on stderr and exit status 2; anything else is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from bertkit.errors import UserError
+
+# command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("bertkit.cli.demo", "end to end on BBC News: vocabulary, pretraining, fine-tuning, contextual vectors"),
+    "tokenizer": ("bertkit.cli.tokenizer", "train a WordPiece vocabulary (`bertkit tokenizer train`)"),
+    "tokenize": ("bertkit.cli.tokenize", "print the tokens and ids of a text (or a pair)"),
+    "embed": ("bertkit.cli.embed", "sentence vectors for each line of a file, to .npy"),
+    "fill-mask": ("bertkit.cli.fill_mask", "predict the [MASK] tokens of a text"),
+    "info": ("bertkit.cli.info", "config, parameter count and heads of a model directory"),
+    "prepare": ("bertkit.cli.prepare", "turn raw text into pretraining shards"),
+    "pretrain": ("bertkit.cli.pretrain", "pretrain with MLM (+NSP) or LTR"),
+    "finetune": ("bertkit.cli.finetune", "fine-tune on GLUE, SQuAD, NER or your own data"),
+    "evaluate": ("bertkit.cli.evaluate", "evaluate a model on a task's data"),
+    "score": ("bertkit.cli.score", "score a predictions file with the official metric"),
+    "features": ("bertkit.cli.features", "export per-token features from chosen layers"),
+    "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items())
+    return f"usage: bertkit COMMAND [options]\n\ncommands:\n{rows}\n\n`bertkit COMMAND --help` for a command's options."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from bertkit import __version__
+
+        print(f"bertkit {__version__}")
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"bertkit: error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, text = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        print(f"bertkit {name}: not yet available in this version", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=text)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except UserError as e:
+        print(f"bertkit {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"bertkit {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

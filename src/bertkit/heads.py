@@ -1,0 +1,227 @@
+"""Task heads on the encoder, named and computing losses as in transformers.
+
+Each head adds one small output layer (the paper's fine-tuning recipe) and returns a small
+dataclass. Losses match transformers' (cross-entropy with ignore index -100, MSE for regression).
+
+The MLM head differs from transformers in one way that matters for speed: given labels, it
+computes vocabulary logits only at the labelled positions (~15% of tokens), so `logits` is then
+(N, V) for the N labelled positions in row-major order rather than (B, T, V).
+
+Shape legend: B batch, T tokens, C hidden, V vocabulary, N labelled positions, L labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.config import BertConfig
+from bertkit.hf import PretrainedMixin
+from bertkit.model import ACTIVATIONS, BertModel, EncoderOutput, init_weights
+
+IGNORE = -100
+
+
+@dataclass
+class HeadOutput:
+    logits: Tensor | None = None  # task logits (shape per head, see the class)
+    loss: Tensor | None = None  # scalar, when labels were given
+    hidden_states: tuple[Tensor, ...] | None = None
+    pooler_output: Tensor | None = None
+
+
+@dataclass
+class PreTrainingOutput(HeadOutput):
+    seq_relationship_logits: Tensor | None = None  # (B, 2): IsNext / NotNext
+    mlm_loss: Tensor | None = None
+    nsp_loss: Tensor | None = None
+
+
+@dataclass
+class QAOutput(HeadOutput):
+    start_logits: Tensor | None = None  # (B, T)
+    end_logits: Tensor | None = None  # (B, T)
+
+
+class MLMHead(nn.Module):
+    """transform (dense, act, LayerNorm) then a decoder tied to the word embeddings + own bias."""
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        C = config.hidden_size
+        self.dense = nn.Linear(C, C)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.norm = nn.LayerNorm(C, eps=config.layer_norm_eps)
+        self.word_embeddings = word_embeddings  # tied: shares its (V_padded, C) weight
+        self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
+        self.vocab_size = config.vocab_size
+
+    def forward(self, h: Tensor) -> Tensor:  # (..., C) -> (..., V)
+        h = self.norm(self.act(self.dense(h)))
+        logits = F.linear(h, self.word_embeddings.weight, self.bias)  # (..., V_padded)
+        return logits[..., : self.vocab_size]
+
+
+def _labelled(hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """The hidden vectors and labels at positions with a label: (N, C), (N,)."""
+    keep = labels.reshape(-1) != IGNORE
+    return hidden.reshape(-1, hidden.shape[-1])[keep], labels.reshape(-1)[keep]
+
+
+def _mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    # Over zero labelled positions transformers' mean is NaN; keep that behaviour.
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE)
+
+
+class _Head(PretrainedMixin, nn.Module):
+    def _init_new(self, *modules: nn.Module) -> None:
+        for m in modules:
+            m.apply(lambda x: init_weights(x, self.config))
+
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states=False) -> EncoderOutput:
+        return self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states)
+
+
+class BertForPreTraining(_Head):
+    """Masked language modelling + next-sentence prediction (the paper's pretraining)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=True)
+        self.mlm = MLMHead(config, self.bert.embeddings.word)
+        self.nsp = nn.Linear(config.hidden_size, 2)
+        self._init_new(self.mlm.dense, self.mlm.norm, self.nsp)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                next_sentence_label=None, output_hidden_states=False) -> PreTrainingOutput:
+        enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        nsp_logits = self.nsp(enc.pooler_output)  # (B, 2)
+        out = PreTrainingOutput(seq_relationship_logits=nsp_logits, hidden_states=enc.hidden_states,
+                                pooler_output=enc.pooler_output)
+        if labels is None:
+            out.logits = self.mlm(enc.last_hidden_state)  # (B, T, V)
+            return out
+        h, y = _labelled(enc.last_hidden_state, labels)
+        out.logits = self.mlm(h)  # (N, V)
+        out.mlm_loss = _mlm_loss(out.logits, y)
+        out.loss = out.mlm_loss
+        if next_sentence_label is not None:
+            out.nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
+            out.loss = out.loss + out.nsp_loss
+        return out
+
+
+class BertForMaskedLM(_Head):
+    """MLM only (the no-NSP ablation; with attention="causal" and shifted labels, the LTR model)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm = MLMHead(config, self.bert.embeddings.word)
+        self._init_new(self.mlm.dense, self.mlm.norm)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                output_hidden_states=False) -> HeadOutput:
+        enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        if labels is None:
+            return HeadOutput(self.mlm(enc.last_hidden_state), hidden_states=enc.hidden_states)
+        h, y = _labelled(enc.last_hidden_state, labels)
+        logits = self.mlm(h)  # (N, V)
+        return HeadOutput(logits, _mlm_loss(logits, y), enc.hidden_states)
+
+
+class BertForSequenceClassification(_Head):
+    """Pooled [CLS] -> dropout -> linear. num_labels == 1 means regression (MSE)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=True)
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_new(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                output_hidden_states=False) -> HeadOutput:
+        enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        logits = self.classifier(self.dropout(enc.pooler_output))  # (B, L)
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.config, logits, labels)
+        return HeadOutput(logits, loss, enc.hidden_states, enc.pooler_output)
+
+
+def sequence_classification_loss(config: BertConfig, logits: Tensor, labels: Tensor) -> Tensor:
+    """transformers' rule: regression when one label, single-label CE for integer labels,
+    multi-label BCE otherwise (or as `problem_type` says)."""
+    kind = config.problem_type
+    if kind is None:
+        if config.num_labels == 1:
+            kind = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            kind = "single_label_classification"
+        else:
+            kind = "multi_label_classification"
+    if kind == "regression":
+        return F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1)) if config.num_labels == 1 \
+            else F.mse_loss(logits.float(), labels.float())
+    if kind == "single_label_classification":
+        return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class BertForTokenClassification(_Head):
+    """Each token's hidden state -> dropout -> linear (NER); label -100 positions are ignored."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_new(self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                output_hidden_states=False) -> HeadOutput:
+        enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        logits = self.classifier(self.dropout(enc.last_hidden_state))  # (B, T, L)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1),
+                                   ignore_index=IGNORE)
+        return HeadOutput(logits, loss, enc.hidden_states)
+
+
+class BertForQuestionAnswering(_Head):
+    """Start and end logits for extractive QA (SQuAD); loss is the mean of the two CEs."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self._init_new(self.qa_outputs)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
+                end_positions=None, output_hidden_states=False) -> QAOutput:
+        enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        start, end = self.qa_outputs(enc.last_hidden_state).float().unbind(-1)  # (B, T) each
+        out = QAOutput(hidden_states=enc.hidden_states, start_logits=start, end_logits=end)
+        if start_positions is not None and end_positions is not None:
+            # As transformers: positions outside the sequence are clamped to T and ignored.
+            T = start.shape[1]
+            s = start_positions.reshape(-1).clamp(0, T)
+            e = end_positions.reshape(-1).clamp(0, T)
+            out.loss = (F.cross_entropy(start, s, ignore_index=T) + F.cross_entropy(end, e, ignore_index=T)) / 2
+        return out
+
+
+HEADS = {cls.__name__: cls for cls in (BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+                                        BertForTokenClassification, BertForQuestionAnswering)}

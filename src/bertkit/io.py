@@ -1,0 +1,122 @@
+"""Reading text files of any compression, and writing outputs atomically.
+
+Readers stream line by line so corpora larger than memory work, and turn decoding failures into
+a `UserError` that names the file and line. Writers go through a temporary file (or folder) in
+the destination's directory and an `os.replace`, so a crash never leaves a half-written output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import lzma
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+TEXT_SUFFIXES = (".txt", ".gz", ".xz", ".jsonl", ".tsv", ".csv")
+
+
+def _open_binary(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".xz":
+        return lzma.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator[str]:
+    """Yield the lines of a `.txt`/`.gz`/`.xz` file as str without the line ending.
+
+    errors="strict" raises a UserError naming the file and line on bad UTF-8;
+    errors="replace" substitutes U+FFFD instead.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError("no such file", path)
+    if path.is_dir():
+        raise UserError("is a directory, expected a file", path)
+    try:
+        with _open_binary(path) as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8", errors=errors)
+                except UnicodeDecodeError as e:
+                    raise UserError(f"not valid UTF-8 (byte {e.start})", path, number) from None
+                yield text.rstrip("\r\n")
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        if isinstance(e, UserError):
+            raise
+        raise UserError(f"cannot read: {e}", path) from None
+
+
+def expand_inputs(paths, suffixes=(".txt", ".gz", ".xz", ".jsonl")) -> list[Path]:
+    """Files named directly, plus files with a known suffix found under named folders (sorted)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(suffixes))
+            if not found:
+                raise UserError(f"folder holds no {'/'.join(suffixes)} files", p)
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UserError("no such file or folder", p)
+    return files
+
+
+@contextlib.contextmanager
+def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `dest`; on success it replaces `dest` in one rename."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(dest: str | os.PathLike, text: str) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(dest: str | os.PathLike, obj) -> None:
+    write_text(dest, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside `dest`; on success it becomes `dest`.
+
+    An existing `dest` is moved aside first and deleted only after the new folder is in place,
+    so at every instant either the old or the new complete folder exists.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        old = None
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

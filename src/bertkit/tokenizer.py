@@ -1,0 +1,236 @@
+"""WordPiece tokenization on the `tokenizers` library's BERT pipeline.
+
+normalizer (clean control characters, split CJK characters, lower-case and strip accents when
+uncased) -> pre-tokenizer (white space and punctuation) -> WordPiece (greedy longest match,
+"##" continuations, [UNK] for words over 100 characters) -> [CLS] A [SEP] (B [SEP]).
+
+The pipeline is built from `vocab.txt` and `do_lower_case`, so any BERT vocabulary gives the same
+ids, type ids and offsets as transformers' BertTokenizerFast. A trained vocabulary puts the five
+special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bertkit.errors import UserError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+MAX_WORD_CHARS = 100
+
+
+@dataclass
+class Encoding:
+    ids: list[int]
+    type_ids: list[int]
+    attention_mask: list[int]
+    offsets: list[tuple[int, int]]  # character span of each token in its own input text
+    word_ids: list[int | None]  # index of the word each token came from; None for specials
+    tokens: list[str]
+    sequence_ids: list[int | None]  # 0 for text, 1 for pair, None for specials and padding
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise UserError(f"vocabulary is not valid UTF-8 ({e})", path) from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    for i, token in enumerate(lines):
+        token = token.rstrip("\r")
+        if token in vocab:
+            raise UserError(f"duplicate vocabulary entry {token!r}", path, i + 1)
+        vocab[token] = i
+    for tok in ("[UNK]", "[CLS]", "[SEP]"):
+        if tok not in vocab:
+            raise UserError(f"vocabulary has no {tok} token", path)
+    return vocab
+
+
+def _pipeline(vocab: dict[str, int], lowercase: bool) -> _HFTokenizer:
+    tok = _HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARS))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tok.decoder = decoders.WordPiece(prefix="##")
+    specials = [t for t in SPECIAL_TOKENS if t in vocab]
+    tok.add_special_tokens(specials)
+    return tok
+
+
+class Tokenizer:
+    """BERT's WordPiece tokenizer. Build with `from_pretrained(dir)` or `train(files)`."""
+
+    def __init__(self, vocab: dict[str, int], lowercase: bool = True):
+        self.vocab = vocab
+        self.lowercase = lowercase
+        self._tok = _pipeline(vocab, lowercase)
+        self.inv_vocab = {i: t for t, i in vocab.items()}
+
+    # ---- special tokens ----
+    @property
+    def pad_id(self) -> int:
+        return self.vocab.get("[PAD]", 0)
+
+    @property
+    def unk_id(self) -> int:
+        return self.vocab["[UNK]"]
+
+    @property
+    def cls_id(self) -> int:
+        return self.vocab["[CLS]"]
+
+    @property
+    def sep_id(self) -> int:
+        return self.vocab["[SEP]"]
+
+    @property
+    def mask_id(self) -> int:
+        if "[MASK]" not in self.vocab:
+            raise UserError("this vocabulary has no [MASK] token")
+        return self.vocab["[MASK]"]
+
+    @property
+    def special_ids(self) -> list[int]:
+        return sorted(self.vocab[t] for t in SPECIAL_TOKENS if t in self.vocab)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the vocabulary and casing: data prepared with one tokenizer is
+        refused by a model using another."""
+        import hashlib
+
+        h = hashlib.sha256(("lower" if self.lowercase else "cased").encode())
+        for token in sorted(self.vocab, key=self.vocab.get):
+            h.update(token.encode() + b"\n")
+        return h.hexdigest()[:16]
+
+    # ---- loading and saving ----
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
+        path = Path(path)
+        vocab_file = path / "vocab.txt" if path.is_dir() else path
+        if not vocab_file.exists():
+            raise UserError("no vocab.txt (need a model directory or a folder with vocab.txt)", path)
+        lowercase = True
+        config = vocab_file.parent / "tokenizer_config.json"
+        if config.exists():
+            try:
+                lowercase = bool(json.loads(config.read_text(encoding="utf-8")).get("do_lower_case", True))
+            except json.JSONDecodeError as e:
+                raise UserError(f"not valid JSON ({e})", config) from None
+        return cls(_read_vocab(vocab_file), lowercase)
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        from bertkit.io import atomic_path, write_json, write_text
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        ordered = sorted(self.vocab, key=self.vocab.get)
+        write_text(path / "vocab.txt", "".join(t + "\n" for t in ordered))
+        with atomic_path(path / "tokenizer.json") as tmp:
+            self._tok.save(str(tmp))
+        write_json(path / "tokenizer_config.json", {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.lowercase,
+            "tokenize_chinese_chars": True,
+            "strip_accents": None,
+            "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+            "cls_token": "[CLS]", "mask_token": "[MASK]",
+            "model_max_length": 512,
+        })
+
+    @classmethod
+    def train(cls, files: Iterable[str | os.PathLike], vocab_size: int = 30522, lowercase: bool = True,
+              min_frequency: int = 2, limit_alphabet: int = 1000, show_progress: bool = True) -> "Tokenizer":
+        """Learn a WordPiece vocabulary from text files (.txt, .gz, .xz), streamed line by line."""
+        from bertkit.io import expand_inputs
+
+        paths = expand_inputs(files, suffixes=(".txt", ".gz", ".xz"))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+            special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=show_progress,
+        )
+        bootstrap = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+        tok = _pipeline(bootstrap, lowercase)
+        tok.train_from_iterator(_stream_lines(paths), trainer=trainer)
+        vocab = tok.get_vocab()
+        if len(vocab) <= len(SPECIAL_TOKENS):
+            raise UserError("no text to learn a vocabulary from", paths[0] if len(paths) == 1 else None)
+        return cls(vocab, lowercase)
+
+    # ---- encoding ----
+    def _configure(self, max_length, truncation, padding, pad_to_multiple_of=None):
+        tok = self._tok
+        if truncation and max_length:
+            tok.enable_truncation(max_length, strategy="longest_first")
+        else:
+            tok.no_truncation()
+        if padding in ("max_length",) and max_length:
+            tok.enable_padding(pad_id=self.pad_id, pad_token="[PAD]", length=max_length)
+        elif padding in (True, "longest"):
+            tok.enable_padding(pad_id=self.pad_id, pad_token="[PAD]", pad_to_multiple_of=pad_to_multiple_of)
+        else:
+            tok.no_padding()
+
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
+               truncation: bool = True, padding: bool | str = False,
+               add_special_tokens: bool = True) -> Encoding:
+        """Tokenize one text (or a pair: [CLS] A [SEP] B [SEP], longest-first truncation)."""
+        self._configure(max_length, truncation, padding)
+        return _wrap(self._tok.encode(text, pair, add_special_tokens=add_special_tokens))
+
+    def encode_batch(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = None,
+                     truncation: bool = True, padding: bool | str = False,
+                     add_special_tokens: bool = True) -> list[Encoding]:
+        """Tokenize many texts in parallel (the tokenizers library's thread pool)."""
+        self._configure(max_length, truncation, padding)
+        inputs = list(zip(texts, pairs)) if pairs is not None else list(texts)
+        return [_wrap(e) for e in self._tok.encode_batch(inputs, add_special_tokens=add_special_tokens)]
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.inv_vocab.get(int(i), "[UNK]") for i in ids]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
+
+
+def _wrap(e) -> Encoding:
+    return Encoding(
+        ids=e.ids, type_ids=e.type_ids, attention_mask=e.attention_mask,
+        offsets=[tuple(o) for o in e.offsets], word_ids=e.word_ids, tokens=e.tokens,
+        sequence_ids=e.sequence_ids,
+    )
+
+
+def _stream_lines(paths: list[Path]) -> Iterator[str]:
+    """Lines of every file; undecodable bytes become U+FFFD so one bad file cannot stop training."""
+    from bertkit.io import read_lines
+
+    for p in paths:
+        yield from read_lines(p, errors="replace")
