@@ -29,3 +29,36 @@ def minilm_dir() -> Path:
 @pytest.fixture(scope="session")
 def bert_vocab() -> Path:
     return shared_path("vocab", "bert-base-uncased", "vocab.txt")
+
+
+@pytest.fixture(scope="session")
+def pretraining_data(tmp_path_factory) -> Path:
+    """A few KB of synthetic text, a fixed WordPiece vocabulary for it (verbs split into stem +
+    "##s", for whole-word masking), and the text prepared by `bertkit prepare` (32-token
+    instances): ROOT/{tok, nsp, packed}. Fixed rather than trained: training breaks ties at random."""
+    import random
+
+    from bertkit.cli import main
+
+    root = tmp_path_factory.mktemp("pretraining")
+    rng = random.Random(0)
+    nouns = "cat dog bird fish horse farmer river hill town king queen ship storm garden letter window".split()
+    verbs = "sees finds follows carries paints watches remembers crosses builds opens".split()
+    adjectives = "old green quiet bright small heavy distant careful".split()
+
+    def sentence() -> str:
+        return (f"The {rng.choice(adjectives)} {rng.choice(nouns)} {rng.choice(verbs)} the "
+                f"{rng.choice(nouns)} near the {rng.choice(nouns)}.")
+
+    documents = ["\n".join(" ".join(sentence() for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(3, 8)))
+                 for _ in range(40)]
+    (root / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "the", "near", "##s", *nouns, *adjectives,
+             *(v[:-1] for v in verbs)]
+    (root / "tok").mkdir()
+    (root / "tok" / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+    for fmt in ("nsp", "packed"):
+        assert main(["prepare", "--input", str(root / "corpus.txt"), "--tokenizer", str(root / "tok"),
+                     "--max-seq-len", "32", "--format", fmt, "--out", str(root / fmt),
+                     "--val-fraction", "0.2", "--workers", "1"]) == 0
+    return root

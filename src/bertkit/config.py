@@ -132,12 +132,13 @@ def _preset(layers: int, hidden: int) -> BertConfig:
 
 
 # Parameter counts with the 30,522-entry vocabulary, pooler and MLM+NSP heads included
-# (BertForPreTraining); `bertkit info` prints the exact number for any model.
+# (BertForPreTraining, as save_pretrained writes it: tied decoder once, no vocabulary padding);
+# `bertkit info` prints the exact number for any model.
 PRESETS: dict[str, BertConfig] = {
-    "tiny": _preset(2, 128),  # 4.4M
-    "mini": _preset(4, 256),  # 11.3M
-    "small": _preset(4, 512),  # 29.1M
-    "medium": _preset(8, 512),  # 41.7M
-    "base": _preset(12, 768),  # 110.1M
-    "large": _preset(24, 1024),  # 335.2M
+    "tiny": _preset(2, 128),  # 4,433,468
+    "mini": _preset(4, 256),  # 11,267,900
+    "small": _preset(4, 512),  # 29,058,876
+    "medium": _preset(8, 512),  # 41,668,412
+    "base": _preset(12, 768),  # 110,106,428
+    "large": _preset(24, 1024),  # 336,226,108
 }

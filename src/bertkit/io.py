@@ -22,6 +22,12 @@ from bertkit.errors import UserError
 TEXT_SUFFIXES = (".txt", ".gz", ".xz", ".jsonl", ".tsv", ".csv")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _open_binary(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
@@ -41,6 +47,8 @@ def read_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator[str]
         raise UserError("no such file", path)
     if path.is_dir():
         raise UserError("is a directory, expected a file", path)
+    if path.stat().st_size == 0:
+        return  # no lines; lzma would call a zero-byte .xz a truncated stream
     try:
         with _open_binary(path) as f:
             for number, raw in enumerate(f, start=1):
@@ -79,6 +87,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual permissions
     try:
         yield tmp
         os.replace(tmp, dest)
@@ -106,6 +115,7 @@ def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
         old = None

@@ -46,7 +46,8 @@ class Embeddings(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.word = nn.Embedding(config.padded_vocab_size, config.hidden_size)
+        # padding_idx: as in transformers, looking up [PAD] sends no gradient to its row.
+        self.word = nn.Embedding(config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -87,8 +88,13 @@ class Layer(nn.Module):
         p = self.attn_dropout if self.training else 0.0
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
         a = a.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.finish(x, a)
+
+    def finish(self, x: Tensor, a: Tensor) -> Tensor:
+        """Everything after attention, token by token; x and a are (..., C), so the unpadded
+        path (`bertkit.unpad`) runs it on (N, C) real tokens only."""
         x = self.attn_norm(x + self.dropout(self.attn_out(a)))
-        h = self.ffn_out(self.act(self.ffn_in(x)))  # (B, T, I) -> (B, T, C)
+        h = self.ffn_out(self.act(self.ffn_in(x)))  # (..., I) -> (..., C)
         return self.ffn_norm(x + self.dropout(h))
 
 
@@ -110,9 +116,10 @@ def attention_mask_for_sdpa(attention_mask: Tensor | None, T: int, causal: bool)
 class BertModel(PretrainedMixin, nn.Module):
     """The bare encoder: returns hidden states and, with a pooler, the pooled [CLS] vector."""
 
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, unpad: bool = False):
         super().__init__()
         self.config = config
+        self.unpad = unpad  # drop padding before the layers (`bertkit.unpad`); same outputs at real tokens
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
@@ -136,6 +143,10 @@ class BertModel(PretrainedMixin, nn.Module):
                 f"{self.config.max_position_embeddings}: truncate the input"
             )
         causal = self.config.attention == "causal"
+        if self.unpad and attention_mask is not None:
+            from bertkit.unpad import forward_unpadded  # imports this module: import when used
+
+            return forward_unpadded(self, input_ids, attention_mask, token_type_ids, output_hidden_states)
         mask, is_causal = attention_mask_for_sdpa(attention_mask, T, causal)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, C)
         states = [x] if output_hidden_states else None

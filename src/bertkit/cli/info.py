@@ -37,7 +37,7 @@ def run(args) -> int:
         from safetensors import safe_open
 
         try:
-            with safe_open(str(weights), "pt") as f:
+            with safe_open(str(weights), "np") as f:  # "np": reading shapes needs no torch
                 keys = list(f.keys())
                 shapes = {k: f.get_slice(k).get_shape() for k in keys}
         except Exception as e:
@@ -47,7 +47,10 @@ def run(args) -> int:
 
         state = read_state_dict(path)
         keys, shapes = list(state), {k: list(v.shape) for k, v in state.items()}
-    n_params = sum(_numel(s) for k, s in shapes.items() if not k.endswith("position_ids"))
+    # Buffers and tied copies (old checkpoints store the MLM decoder, a copy of the word
+    # embeddings and of cls.predictions.bias) are not parameters of their own.
+    n_params = sum(_numel(s) for k, s in shapes.items()
+                   if not k.endswith("position_ids") and not k.startswith("cls.predictions.decoder."))
     arch = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures")
     info = {
         "path": str(path),

@@ -1,0 +1,63 @@
+"""`bertkit bench`: bertkit against transformers, side by side, in one process, on the same weights.
+
+cases.py says what each case runs, data_cases.py the data-pipeline cases, lengths.py where the
+variable-length cases get their real dev-set lengths, flops.py the useful-FLOP accounting and
+the measured matrix rate, timing.py the interleaved timing, reporting.py the JSON records.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+
+from bertkit.bench.cases import CASES, CaseSpec, Options, build, selected
+from bertkit.bench.flops import matrix_rate
+from bertkit.bench.reporting import compare_outputs, markdown_table, record, summary_line
+from bertkit.bench.timing import measure_peak, time_interleaved
+
+__all__ = ["CASES", "Options", "run_benchmarks", "markdown_table", "selected"]
+
+
+def run_case(spec: CaseSpec, opts: Options, rate: float, repeats: int, warmup: int,
+             status: Callable[[str], None] = print) -> dict:
+    status(f"{spec.name}: building")
+    workload = build(spec, opts)
+    diffs = compare_outputs(workload)  # before any training step changes the weights
+    if diffs:
+        status("  outputs agree to: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+    time_interleaved(workload.contenders, opts.device, warmup, repeats, status)
+    for c in workload.contenders:
+        measure_peak(c, opts.device)
+    result = record(workload, rate, opts.device.type, diffs)
+    del workload
+    gc.collect()
+    if opts.device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def run_benchmarks(specs: list[CaseSpec], opts: Options, repeats: int, warmup: int,
+                   status: Callable[[str], None] = print) -> tuple[list[dict], dict]:
+    """Every case in turn; returns the records and the run's context (matrix rate, versions)."""
+    rate, what = matrix_rate(opts.device)
+    status(f"matrix rate: {rate / 1e12:.3f} TFLOP/s ({what})")
+    context = {"device": opts.device.type, "matrix_tflops": rate / 1e12, "matrix_measured": what,
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "compile": opts.compile,
+               "repeats": repeats, "warmup": warmup}
+    if opts.device.type == "cuda":
+        context["gpu"] = torch.cuda.get_device_name(opts.device)
+    try:
+        import transformers
+
+        context["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    records = []
+    for spec in specs:
+        r = run_case(spec, opts, rate, repeats, warmup, status)
+        r["matrix_tflops"] = rate / 1e12
+        status(summary_line(r))
+        records.append(r)
+    return records, context

@@ -1,0 +1,65 @@
+"""Useful FLOPs of a BERT step, and the matrix rate of this machine measured in the same run.
+
+Useful FLOPs count the work the task needs, the same for every implementation, so an
+implementation that computes more (transformers' full-vocabulary MLM logits) gets no credit:
+- dense layers: 2 FLOPs per weight per token forward, 6 for forward + backward, over the
+  encoder's matrices (QKV, attention output, FFN in/out of every layer; embeddings are lookups);
+- attention: QK^T and AV, 2 * 2 * L^2 * C per sequence of L real tokens per layer, forward;
+- MLM head (training only): transform (C x C) and decoder (C x V) on the labelled ~15% of tokens.
+MFU is useful FLOP/s over the matrix rate, measured here: a large fp32 matmul on CPU, bf16 on GPU.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from bertkit.config import BertConfig
+
+
+def encoder_matrix_params(config: BertConfig) -> int:
+    """Weights multiplied per token in the encoder: 4 C^2 (QKV + output) + 2 C I per layer."""
+    C, I = config.hidden_size, config.intermediate_size
+    return config.num_hidden_layers * (4 * C * C + 2 * C * I)
+
+
+def step_flops(config: BertConfig, lengths: list[int], labelled: int = 0, training: bool = False) -> float:
+    """Useful FLOPs of one step over sequences of the given real lengths.
+
+    `labelled` is the number of MLM-labelled positions (training); forward-only steps count 2
+    FLOPs per multiply-add, training steps 6 (forward, and backward to inputs and weights).
+    """
+    C, V = config.hidden_size, config.vocab_size
+    factor = 6 if training else 2
+    tokens = sum(lengths)
+    dense = factor * encoder_matrix_params(config) * tokens
+    attention = (factor // 2) * 4 * C * config.num_hidden_layers * sum(L * L for L in lengths)
+    head = factor * (C * C + C * V) * labelled if training else 0
+    return float(dense + attention + head)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matrix_rate(device: torch.device, repeats: int = 5) -> tuple[float, str]:
+    """Measured FLOP/s of a large matmul (the best of `repeats`), and what was measured."""
+    if device.type == "cuda":
+        n, dtype = 8192, torch.bfloat16
+    else:
+        n, dtype = 2048, torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b  # warm-up: allocation, kernel selection
+    _sync(device)
+    best = float("inf")
+    inner = 10 if device.type == "cuda" else 1
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            a @ b
+        _sync(device)
+        best = min(best, (time.perf_counter() - start) / inner)
+    return 2 * n**3 / best, f"{n}x{n} {str(dtype).removeprefix('torch.')} matmul"

@@ -1,0 +1,68 @@
+"""`bertkit bench`: time bertkit against transformers on the same weights, in one process.
+
+    bertkit bench --device cpu --cases infer-base-s128,pretrain-mini-s128-b32 --repeats 7 --json bench.json
+
+Each case checks that both implementations give the same outputs, then times them alternately
+and reports the medians: sequences/s, tokens/s, useful TFLOP/s, MFU, peak memory and the ratio
+bertkit / transformers. `--cases list` prints the cases. transformers must be installed
+(`pip install 'bertkit[test]'`); it is never a dependency of bertkit itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bertkit.errors import UserError
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
+    parser.add_argument("--cases", default=None,
+                        help="comma-separated case names (default: every case for the device); 'list' lists them")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per case (the median is reported)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per implementation first")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write one JSON record per case here")
+    parser.add_argument("--compile", action="store_true", help="torch.compile bertkit's model")
+    parser.add_argument("--int8", action="store_true", help="quantize bertkit to int8 in the CPU inference cases")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device must be cpu, cuda or auto, not {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available to torch here")
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu, cuda or auto, not {name!r}")
+    return device
+
+
+def run(args) -> int:
+    from bertkit.bench import CASES, Options, markdown_table, run_benchmarks, selected
+    from bertkit.bench.cases import transformers_module
+
+    if args.cases == "list":
+        for spec in CASES.values():
+            print(f"{spec.name:<26} {spec.kind:<9} {'/'.join(spec.devices)}")
+        return 0
+    if args.repeats < 1 or args.warmup < 0:
+        raise UserError("--repeats must be at least 1 and --warmup at least 0")
+    device = _device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = selected(args.cases, device)
+    transformers_module()  # fail early, with the install hint, before any work
+    opts = Options(device=device, compile=args.compile, int8=args.int8)
+    records, context = run_benchmarks(specs, opts, args.repeats, args.warmup)
+    print()
+    print(markdown_table(records))
+    if args.json:
+        from bertkit.io import write_json
+
+        write_json(args.json, [{**r, "run": context} for r in records])
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,31 @@
+"""`bertkit demo`: the main job, end to end on BBC News with no flags (see bertkit.demo)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default=None, help="run folder (default: runs/demo-YYYYmmdd-HHMMSS)")
+    parser.add_argument("--minutes", type=float, default=12.0,
+                        help="time budget; pretraining gets 60%% of it (default 12, under 15 in all on 2 cores)")
+    parser.add_argument("--preset", default="mini", help="model size preset (default mini: 4 layers, hidden 256)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    from bertkit.demo import DemoPlan, run_demo
+
+    if args.minutes <= 0:
+        raise UserError(f"--minutes must be positive, not {args.minutes}")
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    if out.exists():
+        raise UserError("run folder exists already; choose another --out", out)
+    plan = DemoPlan(minutes=args.minutes, preset=args.preset, seed=args.seed)
+    summary = run_demo(out, plan)
+    print(f"\nDone in {summary['total_minutes']} minutes. Summary: {out / 'summary.md'}")
+    print((out / "summary.md").read_text())
+    return 0

@@ -1,0 +1,228 @@
+"""SQuAD v1.1: reading, windows over long contexts (features), and spans back to answer text.
+
+Features follow the BERT paper's recipe (section 4.2 and its run_squad.py): the question is cut
+to `max_query_len` tokens; the context is cut into windows of at most
+`max_seq_len - len(question) - 3` tokens that start `doc_stride` tokens apart, each packed as
+[CLS] question [SEP] window [SEP]. A training answer that lies wholly inside a window is labelled
+with its first and last token; otherwise the window's label is [CLS] (position 0).
+
+The context is tokenized on its own, so every context token keeps its character span in the
+ORIGINAL context: an answer is sliced from the original string, keeping its spacing, case and
+accents even when the vocabulary is uncased. Within one example, each token is only a candidate
+start in the window where it has the most context on both sides ("max context", as BERT does).
+
+Only the dev file exists offline, so `split_articles` makes a training set out of some of its
+articles and keeps the others for evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+
+@dataclass
+class SquadExample:
+    id: str
+    title: str
+    context: str
+    question: str
+    answers: list[tuple[str, int]]  # (text, character start in context); the first is for training
+
+
+@dataclass
+class SquadFeatures:
+    input_ids: np.ndarray  # (F, T) int64
+    token_type_ids: np.ndarray  # (F, T)
+    attention_mask: np.ndarray  # (F, T)
+    example_index: np.ndarray  # (F,) the example each window came from
+    offsets: list[list[tuple[int, int] | None]]  # per window: context char span per token, else None
+    start_positions: np.ndarray  # (F,) 0 ([CLS]) when the answer is not inside the window
+    end_positions: np.ndarray  # (F,)
+    max_context: list[list[bool]] = field(default_factory=list)  # per window: token best seen here
+
+    def __len__(self) -> int:
+        return len(self.example_index)
+
+
+def _fail(message: str, path: Path):
+    raise UserError(f"not a SQuAD v1.1 file: {message}", path)
+
+
+def read_squad(path: str | os.PathLike) -> list[SquadExample]:
+    """All questions of a SQuAD v1.1 JSON file, in file order."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError("no such file", path)
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"not valid UTF-8 (byte {e.start})", path) from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"not valid JSON ({e.msg})", path, e.lineno) from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        _fail('expected {"data": [articles]}', path)
+    examples = []
+    try:
+        for a, article in enumerate(data["data"]):
+            title = str(article.get("title", f"article {a}"))
+            for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
+                for qa in paragraph["qas"]:
+                    answers = [(ans["text"], int(ans["answer_start"])) for ans in qa.get("answers", [])]
+                    for text, start in answers:
+                        if context[start:start + len(text)] != text:
+                            _fail(f"question {qa['id']}: answer {text!r} is not at character {start}", path)
+                    examples.append(SquadExample(str(qa["id"]), title, context, qa["question"], answers))
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        _fail(f"missing or malformed field ({type(e).__name__}: {e})", path)
+    if not examples:
+        _fail("no questions", path)
+    return examples
+
+
+def split_articles(examples: list[SquadExample], k: int, seed: int = 0) -> tuple[list, list]:
+    """Split by article: k articles drawn at random (seeded) train, all other articles evaluate.
+
+    Splitting by article (not by question) keeps every context out of the evaluation set's
+    training data. A random draw rather than the first k avoids the file's topic order.
+    """
+    titles = list(dict.fromkeys(e.title for e in examples))
+    if not 0 < k < len(titles):
+        raise UserError(f"need 0 < k < {len(titles)} articles for a train/eval split, got k={k}")
+    chosen = set(random.Random(seed).sample(titles, k))
+    train = [e for e in examples if e.title in chosen]
+    dev = [e for e in examples if e.title not in chosen]
+    return train, dev
+
+
+def _window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
+    # A stride longer than the window would skip tokens, so step by at most the window.
+    step = min(stride, window)
+    starts = [0]
+    while starts[-1] + window < n_tokens:
+        starts.append(starts[-1] + step)
+    return starts
+
+
+def _answer_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
+    """First and last context token overlapping characters [start, end); None if none do."""
+    inside = [i for i, (a, b) in enumerate(offsets) if a < end and b > start]
+    return (inside[0], inside[-1]) if inside else None
+
+
+def make_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 384, doc_stride: int = 128,
+                  max_query_len: int = 64) -> SquadFeatures:
+    """Windows of every example, padded to max_seq_len, with answer token positions."""
+    if doc_stride < 1:
+        raise UserError(f"doc_stride must be positive, got {doc_stride}")
+    contexts = list(dict.fromkeys(e.context for e in examples))
+    context_encoding = dict(zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False)))
+    questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
+    rows: dict[str, list] = {k: [] for k in ("ids", "types", "len", "index", "offsets", "start", "end", "max")}
+    for index, (example, question) in enumerate(zip(examples, questions)):
+        q_ids = question.ids[:max_query_len]
+        if max_seq_len - len(q_ids) - 3 < 1:
+            raise UserError(f"max_seq_len {max_seq_len} leaves no room for context after a "
+                            f"{len(q_ids)}-token question")
+        for row in _windows(example, q_ids, context_encoding[example.context], tokenizer, max_seq_len, doc_stride):
+            row["index"] = index
+            for key, value in row.items():
+                rows[key].append(value)
+    return SquadFeatures(
+        input_ids=np.asarray(rows["ids"], dtype=np.int64).reshape(-1, max_seq_len),
+        token_type_ids=np.asarray(rows["types"], dtype=np.int64).reshape(-1, max_seq_len),
+        attention_mask=(np.arange(max_seq_len)[None, :] < np.asarray(rows["len"])[:, None]).astype(np.int64),
+        example_index=np.asarray(rows["index"], dtype=np.int64),
+        offsets=rows["offsets"],
+        start_positions=np.asarray(rows["start"], dtype=np.int64),
+        end_positions=np.asarray(rows["end"], dtype=np.int64),
+        max_context=rows["max"],
+    )
+
+
+def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_seq_len: int, doc_stride: int):
+    """One dict per window of one example: [CLS] question [SEP] window [SEP], padded."""
+    window = max_seq_len - len(q_ids) - 3
+    c_ids, c_offsets = context.ids, context.offsets
+    answer = None
+    if example.answers:
+        text, char_start = example.answers[0]
+        answer = _answer_tokens(c_offsets, char_start, char_start + len(text))
+    starts = _window_starts(len(c_ids), window, doc_stride)
+    best_window = _max_context_window(starts, window, len(c_ids))
+    prefix = 2 + len(q_ids)  # [CLS] question [SEP]
+    for w, start in enumerate(starts):
+        stop = min(start + window, len(c_ids))
+        ids = [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *c_ids[start:stop], tokenizer.sep_id]
+        padding = max_seq_len - len(ids)
+        s = e = 0  # [CLS] unless the whole answer lies inside this window
+        if answer is not None and start <= answer[0] and answer[1] < stop:
+            s, e = answer[0] - start + prefix, answer[1] - start + prefix
+        yield {
+            "ids": ids + [tokenizer.pad_id] * padding,
+            "len": len(ids),
+            "types": [0] * prefix + [1] * (stop - start + 1) + [0] * padding,
+            "offsets": [None] * prefix + list(c_offsets[start:stop]) + [None] * (padding + 1),
+            "max": [False] * prefix + (best_window[start:stop] == w).tolist() + [False] * (padding + 1),
+            "start": s,
+            "end": e,
+        }
+
+
+def _max_context_window(starts: list[int], window: int, n_tokens: int) -> np.ndarray:
+    """For each context token, the window where it has the most context (BERT's rule).
+
+    A token's score in a window is min(tokens left of it, tokens right of it) + 0.01 * window
+    length; ties go to the earlier window.
+    """
+    token = np.arange(n_tokens)[None, :]  # (1, N)
+    start = np.asarray(starts)[:, None]  # (W, 1)
+    stop = np.minimum(start + window, n_tokens)
+    score = np.minimum(token - start, stop - 1 - token) + 0.01 * (stop - start)
+    score = np.where((token >= start) & (token < stop), score, -np.inf)  # (W, N)
+    return np.argmax(score, axis=0) if n_tokens else np.zeros(0, dtype=np.int64)
+
+
+def postprocess(examples: list[SquadExample], features: SquadFeatures, start_logits, end_logits,
+                n_best: int = 20, max_answer_len: int = 30) -> dict[str, str]:
+    """The best answer text per example id across all its windows (highest start + end logit).
+
+    A span is valid when both ends are context tokens, start <= end, it has at most
+    max_answer_len tokens, and its start token has max context in that window.
+    """
+    start_logits = np.asarray(start_logits, dtype=np.float64)
+    end_logits = np.asarray(end_logits, dtype=np.float64)
+    best: dict[int, tuple[float, int, int, int]] = {}
+    for f in range(len(features)):
+        offsets = features.offsets[f]
+        allowed_start = np.asarray([o is not None for o in offsets])
+        allowed_end = allowed_start.copy()
+        if features.max_context:
+            allowed_start &= np.asarray(features.max_context[f], dtype=bool)
+        starts = np.argsort(-start_logits[f], kind="stable")[:n_best]  # (S,) best first
+        ends = np.argsort(-end_logits[f], kind="stable")[:n_best]  # (E,)
+        length = ends[None, :] - starts[:, None] + 1  # (S, E) tokens in each candidate span
+        valid = allowed_start[starts][:, None] & allowed_end[ends][None, :] & (length >= 1) & (length <= max_answer_len)
+        if not valid.any():
+            continue
+        score = np.where(valid, start_logits[f, starts][:, None] + end_logits[f, ends][None, :], -np.inf)
+        i, j = np.unravel_index(np.argmax(score), score.shape)  # first maximum: best start, then end
+        example = int(features.example_index[f])
+        if example not in best or score[i, j] > best[example][0]:
+            best[example] = (float(score[i, j]), f, int(starts[i]), int(ends[j]))
+    predictions = {}
+    for index, example in enumerate(examples):
+        if index not in best:
+            predictions[example.id] = ""
+            continue
+        _, f, s, e = best[index]
+        predictions[example.id] = example.context[features.offsets[f][s][0]:features.offsets[f][e][1]]
+    return predictions

@@ -1,0 +1,291 @@
+"""The pretraining loop: one explicit loop, in the usual order.
+
+Each step: learning rate, periodic evaluation and checkpoint, micro-steps (forward, backward),
+gradient clipping, optimizer step, zeroing, logging, stopping. Nothing hides behind callbacks.
+
+Reproducibility is by construction rather than by saved generator states: the data order is a
+permutation drawn from (seed, epoch) and the stream position is checkpointed; masking uses a
+generator seeded from (seed, step, micro-step); dropout's generator is re-seeded from
+(seed, step, rank) at every step. A run resumed from a checkpoint therefore computes exactly
+what the uninterrupted run computed, bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit.errors import UserError
+from bertkit.heads import BertForMaskedLM, BertForPreTraining
+from bertkit.io import write_json
+from bertkit.train.checkpoint import latest_checkpoint, load_optimizer, save_checkpoint, write_model_copy
+from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
+from bertkit.train.objective import IGNORE, Objective, derived_seed, evaluate, slice_rows
+from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
+from bertkit.train.report import RunLog, Throughput, status_line
+from bertkit.train.setup import TrainConfig, check_run_dir, model_config, open_data
+
+
+class DataStream:
+    """Sequence indices in a fresh permutation per epoch, drawn from (seed, epoch);
+    `position` (sequences consumed so far) is all a checkpoint needs to continue the stream."""
+
+    def __init__(self, size: int, seed: int, position: int = 0):
+        self.size, self.seed, self.position = size, seed, position
+        self._epoch, self._order = -1, np.empty(0, dtype=np.int64)
+
+    def take(self, count: int) -> np.ndarray:
+        out = []
+        while count:
+            epoch, offset = divmod(self.position, self.size)
+            if epoch != self._epoch:
+                self._epoch, self._order = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.size)
+            chunk = self._order[offset : offset + count]
+            out.append(chunk)
+            self.position += len(chunk)
+            count -= len(chunk)
+        return np.concatenate(out)
+
+
+class StopRequest:
+    """SIGTERM / SIGINT ask the loop to finish its step, save and exit; a second Ctrl-C aborts."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __enter__(self):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    @property
+    def exit_code(self) -> int:
+        return 130 if self.signum == signal.SIGINT else 0
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda, but no CUDA device is available")
+    if name not in ("cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, not {name!r}")
+    return torch.device(name)
+
+
+def pretrain(cfg: TrainConfig) -> int:
+    """Run (or resume) pretraining as `cfg` says; the process exit status."""
+    device = pick_device(cfg.device)
+    d = init_distributed(device.type)
+    if device.type == "cuda":
+        device = torch.device("cuda", d.local_rank)
+        torch.set_float32_matmul_precision("high")
+    try:
+        return _run(cfg, device, d)
+    finally:
+        close_distributed(d)
+
+
+def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
+    cls = BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
+    if checkpoint is not None:
+        model = cls.from_pretrained(checkpoint.path)
+    else:
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+        model = cls(model_config(cfg, manifest))
+    model.to(device)
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
+    if checkpoint is not None:
+        load_optimizer(checkpoint, optimizer)
+    return model, optimizer
+
+
+def _objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
+    if cfg.objective == "ltr":
+        return Objective("ltr", None, cfg.seed)
+    from bertkit.data import Masker, MaskingConfig, continuation_table
+
+    masking = MaskingConfig(rate=cfg.mask_rate, mask_prob=1.0 if cfg.mask_all else 0.8,
+                            random_prob=0.0 if cfg.mask_all else 0.1, whole_word=cfg.whole_word_mask)
+    masker = Masker(masking, int(manifest["vocab_size"]), int(manifest["mask_id"]),
+                    list(manifest["special_ids"]), continuation_table(tokenizer))
+    return Objective(cfg.objective, masker, cfg.seed)
+
+
+def _wrap(model, cfg: TrainConfig, d: Dist, device: torch.device):
+    """The module the loop calls: compiled and/or wrapped for data parallelism."""
+    train_model = torch.compile(model) if cfg.compile else model
+    if d.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        train_model = DistributedDataParallel(train_model, device_ids=ids)
+    return train_model
+
+
+def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
+    per_rank = cfg.grad_accum * d.world_size
+    if cfg.batch_size % per_rank:
+        raise UserError(f"--batch-size {cfg.batch_size} must be divisible by --grad-accum x processes = {per_rank}")
+    train, val, tokenizer = open_data(cfg)
+    checkpoint = latest_checkpoint(cfg.out) if cfg.resume else None
+    check_run_dir(cfg, checkpoint is not None)
+    if checkpoint is not None:
+        from bertkit.data import check_tokenizer
+        from bertkit.tokenizer import Tokenizer
+
+        check_tokenizer(cfg.data, Tokenizer.from_pretrained(checkpoint.path))
+    barrier(d)  # every rank has checked the run folder before rank 0 writes into it
+    model, optimizer = _build(cfg, train.manifest, checkpoint, device)
+    objective = _objective(cfg, train.manifest, tokenizer)
+    start = checkpoint.step if checkpoint is not None else 0
+    log = RunLog(cfg.out, d.is_main, resumed_step=start if checkpoint is not None else None)
+    if d.is_main:
+        write_json(Path(cfg.out) / "config.json", {
+            "model": model.config.to_dict(), "train": cfg.to_dict(), "data": train.manifest,
+            "world_size": d.world_size, "device": str(device)})
+        print(f"{'resuming from ' + str(checkpoint.path) if checkpoint else 'starting'}: "
+              f"{sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training sequences, "
+              f"{d.world_size} process(es) on {device}", flush=True)
+    state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
+    loop = _Loop(cfg, d, device, model, optimizer, objective, train, val, tokenizer, log)
+    return loop.run(start, DataStream(len(train), cfg.seed, int(state["position"])), float(state["elapsed"]))
+
+
+class _Loop:
+    """The state the loop shares between its step and its bookkeeping."""
+
+    def __init__(self, cfg, d, device, model, optimizer, objective, train, val, tokenizer, log):
+        self.cfg, self.d, self.device = cfg, d, device
+        self.model, self.optimizer, self.objective = model, optimizer, objective
+        self.train, self.val, self.tokenizer, self.log = train, val, tokenizer, log
+        self.train_model = _wrap(model, cfg, d, device)
+        use_bf16 = cfg.precision == "bf16"
+        self.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+        self.total = cfg.total_steps
+        self.warmup = warmup_steps(cfg.warmup, self.total) if self.total else cfg.warmup
+        self.budget = cfg.minutes * 60 if cfg.minutes is not None else None
+
+    def lr(self, step: int, elapsed: float) -> float:
+        if self.budget is not None:  # a time budget: the schedule runs on milliseconds
+            ms = self.budget * 1000
+            return lr_at(elapsed * 1000, ms, self.warmup * ms, self.cfg.lr)
+        return lr_at(step, self.total, self.warmup, self.cfg.lr)
+
+    def done(self, step: int, elapsed: float) -> bool:
+        return elapsed >= self.budget if self.budget is not None else step >= self.total
+
+    def run(self, step: int, stream: DataStream, elapsed: float) -> int:
+        cfg, d = self.cfg, self.d
+        last_eval = last_save = step if self.log.resumed_step is not None else -1
+        meter = Throughput(self.model, cfg, int(self.train.manifest["max_seq_len"]), self.device, step, elapsed)
+        started = time.perf_counter() - elapsed
+        with StopRequest() as stop:
+            while not self.done(step, elapsed):
+                lr = self.lr(step, elapsed)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                if step % cfg.eval_every == 0 and step != last_eval:
+                    self.evaluate(step)
+                    last_eval = step
+                if step % cfg.save_every == 0 and step not in (0, last_save):
+                    self.save(step, stream, elapsed)
+                    last_save = step
+                torch.manual_seed(derived_seed(cfg.seed, step, d.rank, 1))  # dropout's generator
+                losses = self.accumulate(step, stream)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                step += 1
+                meter.add(losses)
+                stopping, elapsed = agree([float(stop.signum is not None), time.perf_counter() - started],
+                                          d, self.device)
+                if step % cfg.log_every == 0 or self.done(step, elapsed) or stopping:
+                    self.report(step, lr, grad_norm, meter, elapsed)
+                if stopping:
+                    break
+            if step != last_eval and stop.signum is None:  # a stopped run saves at once instead
+                self.evaluate(step)
+            if step != last_save:
+                path = self.save(step, stream, elapsed)
+            else:
+                path = latest_checkpoint(cfg.out).path if d.is_main else None
+        if stop.signum is not None:
+            if d.is_main:
+                print(f"stopped by {signal.Signals(stop.signum).name} at step {step}; checkpoint in {path}; "
+                      f"continue with --resume", flush=True)
+            return stop.exit_code
+        if d.is_main:
+            write_model_copy(self.model, Path(cfg.out) / "model", self.tokenizer)
+            print(f"done: {step} steps; model in {Path(cfg.out) / 'model'}", flush=True)
+        return 0
+
+    def accumulate(self, step: int, stream: DataStream) -> torch.Tensor:
+        """Forward and backward over this step's micro-batches; this rank's share of the global
+        mean losses (total, token, NSP) as a tensor, left on the device."""
+        cfg, d = self.cfg, self.d
+        indices = stream.take(cfg.batch_size)  # the same global batch on every rank
+        micro = cfg.batch_size // cfg.grad_accum
+        prepared = [self.objective.prepare(self.train.batch(indices[m * micro : (m + 1) * micro]),
+                                           self.device, step, m) for m in range(cfg.grad_accum)]
+        # Divide by counts over the whole global batch so the gradient is that of its mean.
+        tokens = sum((p["labels"] != IGNORE).sum() for p in prepared).clamp(min=1).float()
+        losses = torch.zeros(3, device=self.device)
+        for m, inputs in enumerate(prepared):
+            last = m == cfg.grad_accum - 1
+            sync = contextlib.nullcontext() if last or not d.enabled else self.train_model.no_sync()
+            with sync:
+                with self.autocast():
+                    sums = self.objective.loss_sums(self.train_model, slice_rows(inputs, d.rows(micro)))
+                token = sums["token_loss"] / tokens
+                nsp = sums["nsp_loss"] / cfg.batch_size if "nsp_loss" in sums else torch.zeros_like(token)
+                # DDP averages gradients over ranks; scaling by their number makes that a sum.
+                ((token + nsp) * d.world_size).backward()
+            losses += torch.stack([token + nsp, token, nsp]).detach()
+        return losses
+
+    def evaluate(self, step: int) -> None:
+        if not self.d.is_main or self.val is None or len(self.val) == 0 or self.cfg.eval_samples < 1:
+            return
+        batch = self.cfg.batch_size // self.cfg.grad_accum
+        metrics = evaluate(self.model, self.objective, self.val, self.device, self.cfg.eval_samples, batch,
+                           self.autocast)
+        self.log.record({"kind": "val", "step": step, **metrics})
+        print("  val  " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+        self.log.plots()
+
+    def save(self, step: int, stream: DataStream, elapsed: float) -> Path | None:
+        if not self.d.is_main:
+            return None
+        state = {"position": stream.position, "elapsed": elapsed, "epoch": stream.position / stream.size}
+        return save_checkpoint(self.cfg.out, step, self.model, self.optimizer, state, self.tokenizer,
+                               keep=self.cfg.keep)
+
+    def report(self, step: int, lr: float, grad_norm: torch.Tensor, meter: "Throughput", elapsed: float) -> None:
+        """The logging step: the only place values leave the device (`.item()`)."""
+        window_losses, window_steps = meter.take()
+        loss, token, nsp = (all_sum(window_losses, self.d) / window_steps).tolist()
+        record = {"kind": "train", "step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm.item(),
+                  **meter.rates(step, elapsed, self.total, self.budget)}
+        record["next_token_loss" if self.objective.name == "ltr" else "mlm_loss"] = token
+        if self.objective.nsp:
+            record["nsp_loss"] = nsp
+        if self.d.is_main:
+            self.log.record(record)
+            print(status_line(record, self.total), flush=True)

@@ -1,0 +1,117 @@
+"""What a run tells a person: the status line, metrics.jsonl, throughput and MFU, the plots.
+
+Only rank 0 writes. metrics.jsonl gets one JSON record per logging step ("train") and per
+evaluation ("val"); a resumed run first drops the records its crashed predecessor wrote after
+the checkpoint it resumes from, so the file reads as one uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from bertkit.io import write_text
+from bertkit.train.plots import write_plots
+
+# Dense bf16 tensor-core peaks (FLOP/s) by device name; fp32 runs use TF32, half of these.
+_PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
+              "L4": 121e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+class RunLog:
+    """metrics.jsonl and the plots drawn from it."""
+
+    def __init__(self, out: str | Path, is_main: bool, resumed_step: int | None):
+        self.path = Path(out) / "metrics.jsonl"
+        self.out, self.is_main, self.resumed_step = Path(out), is_main, resumed_step
+        self.records: list[dict] = []
+        if not is_main:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        if resumed_step is not None and self.path.exists():
+            self.records = [r for r in _read_records(self.path) if r.get("step", 0) <= resumed_step]
+        write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
+
+    def record(self, record: dict) -> None:
+        if not self.is_main:
+            return
+        self.records.append(record)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def plots(self) -> None:
+        if self.is_main:
+            write_plots(self.records, self.out)
+
+
+def _read_records(path: Path) -> list[dict]:
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # the last line of a killed run may be cut short
+    return records
+
+
+def _peak_flops(device: torch.device, precision: str) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    peak = next((v for k, v in _PEAK_BF16.items() if k in name), None)
+    return None if peak is None else peak * (1.0 if precision == "bf16" else 0.5)
+
+
+class Throughput:
+    """Losses summed on the device between logging steps, tokens/s, MFU and ETA."""
+
+    def __init__(self, model, cfg, seq_len: int, device: torch.device, step: int, elapsed: float):
+        c = model.config
+        embedding = sum(p.numel() for n, p in model.named_parameters() if ".embeddings." in f".{n}")
+        # 6 FLOPs per parameter per token (forward + backward), attention's scores and values,
+        # and the tied decoder applied at the masked positions only.
+        self.flops_per_token = (6 * (sum(p.numel() for p in model.parameters()) - embedding)
+                                + 12 * c.num_hidden_layers * c.hidden_size * seq_len
+                                + 6 * c.hidden_size * c.vocab_size * cfg.mask_rate)
+        self.peak = _peak_flops(device, cfg.precision)
+        self.tokens_per_step = cfg.batch_size * seq_len
+        self.losses = torch.zeros(3, device=device)
+        self.steps = 0
+        self.mark_step, self.mark_time, self.mark_elapsed = step, time.perf_counter(), elapsed
+
+    def add(self, losses: torch.Tensor) -> None:
+        self.losses += losses
+        self.steps += 1
+
+    def take(self) -> tuple[torch.Tensor, int]:
+        losses, steps = self.losses, max(self.steps, 1)
+        self.losses, self.steps = torch.zeros_like(losses), 0
+        return losses, steps
+
+    def rates(self, step: int, elapsed: float, total: int | None, budget: float | None) -> dict:
+        now = time.perf_counter()
+        seconds = max(now - self.mark_time, 1e-9)
+        per_step = seconds / max(step - self.mark_step, 1)
+        tokens_per_s = self.tokens_per_step / per_step
+        mfu = tokens_per_s * self.flops_per_token / self.peak if self.peak else None
+        eta = budget - elapsed if budget is not None else (total - step) * per_step
+        self.mark_step, self.mark_time = step, now
+        return {"tokens_per_s": tokens_per_s, "mfu": mfu, "elapsed": elapsed, "eta_s": max(eta, 0.0),
+                "steps_per_s": 1 / per_step}
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def status_line(r: dict, total: int | None) -> str:
+    """One fixed-width line: step/total, loss, lr, grad norm, tokens/s, MFU (GPU), ETA."""
+    of = f"{total:<7d}" if total else "~      "
+    mfu = f"{r['mfu']:6.1%}" if r.get("mfu") is not None else "     -"
+    return (f"step {r['step']:>7d}/{of} | loss {r['loss']:8.4f} | lr {r['lr']:9.3e} | "
+            f"gnorm {r['grad_norm']:8.3f} | {r['tokens_per_s']:>11,.0f} tok/s | mfu {mfu} | "
+            f"eta {_clock(r['eta_s']):>9}")

@@ -1,0 +1,167 @@
+"""Everything a pretraining run resolves before its first step.
+
+`TrainConfig` is the run's arguments as a frozen dataclass (saved in RUN_DIR/config.json);
+`open_data` opens the prepared data and its tokenizer; `model_config` builds the model's shape
+from a preset, the data's vocabulary and overrides; `check_run_dir` refuses to overwrite a run.
+All user mistakes become a one-line `UserError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertkit.config import BertConfig
+from bertkit.errors import UserError
+from bertkit.train.objective import OBJECTIVES
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: str  # DATA_DIR written by `bertkit prepare`
+    out: str  # RUN_DIR: checkpoints, metrics, plots, final model
+    preset: str = "mini"  # model shape, see bertkit.config.PRESETS
+    steps: int | None = None  # optimizer updates; default 1000 unless `minutes` is given
+    minutes: float | None = None  # wall-clock budget instead of a step count
+    objective: str = "mlm+nsp"  # "mlm+nsp", "mlm" or "ltr"
+    batch_size: int = 32  # sequences per update, over all processes and micro-steps
+    grad_accum: int = 1  # micro-steps per update
+    lr: float = 1e-4  # peak learning rate
+    warmup: float = 0.01  # below 1: fraction of the run; otherwise steps
+    weight_decay: float = 0.01  # decoupled, not on biases and LayerNorm
+    mask_rate: float = 0.15  # fraction of tokens predicted
+    whole_word_mask: bool = False  # mask all pieces of a word together
+    mask_all: bool = False  # ablation: every chosen token becomes [MASK] (no 10/10 keep/random)
+    precision: str = "fp32"  # "fp32" or "bf16" (autocast)
+    compile: bool = False  # torch.compile the model
+    save_every: int = 1000  # steps between checkpoints
+    eval_every: int = 500  # steps between validations
+    log_every: int = 10  # steps between status lines
+    eval_samples: int = 512  # size of the fixed validation subset
+    keep: int = 2  # checkpoints kept
+    seed: int = 0
+    resume: bool = False  # continue from RUN_DIR's newest complete checkpoint
+    max_grad_norm: float = 1.0  # clip the global gradient norm; 0 disables
+    device: str = "auto"  # "auto", "cpu" or "cuda"
+    tokenizer: str | None = None  # when given, must be the tokenizer DATA_DIR was prepared with
+    config_overrides: dict = field(default_factory=dict)  # BertConfig fields to change
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise UserError(f"--precision must be fp32 or bf16, not {self.precision!r}")
+        if self.steps is not None and self.minutes is not None:
+            raise UserError("give --steps or --minutes, not both")
+        for name in ("batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+        if (self.steps is not None and self.steps < 1) or (self.minutes is not None and self.minutes <= 0):
+            raise UserError("--steps / --minutes must be positive")
+        if self.minutes is not None and self.warmup >= 1:
+            raise UserError("with --minutes, give --warmup as a fraction of the run (below 1)")
+        if self.warmup < 0:
+            raise UserError(f"--warmup must be >= 0, not {self.warmup}")
+        if not 0 < self.mask_rate < 1:
+            raise UserError(f"--mask-rate must be between 0 and 1, not {self.mask_rate}")
+
+    @property
+    def total_steps(self) -> int | None:
+        """The step count, or None for a time-budgeted run."""
+        if self.minutes is not None:
+            return None
+        return self.steps if self.steps is not None else 1000
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Arguments a resumed run must share with the run it continues: they fix what it computes.
+_RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_all")
+
+
+def parse_overrides(text: str | None) -> dict:
+    """`--config-json`: a JSON object, inline or in a file, of BertConfig fields."""
+    if not text:
+        return {}
+    source: object = None
+    if not text.lstrip().startswith("{"):
+        source = Path(text)
+        if not source.is_file():
+            raise UserError("--config-json: neither a JSON object nor a file", source)
+        text = source.read_text(encoding="utf-8")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"--config-json is not valid JSON ({e})", source) from None
+    if not isinstance(value, dict):
+        raise UserError("--config-json must be a JSON object of model config fields", source)
+    return value
+
+
+def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
+    """The preset, fitted to the data's vocabulary and length, with the overrides applied."""
+    names = {f.name for f in dataclasses.fields(BertConfig)}
+    unknown = sorted(set(cfg.config_overrides) - names)
+    if unknown:
+        raise UserError(f"--config-json: unknown model config field(s) {', '.join(unknown)}")
+    changes = {"vocab_size": int(manifest["vocab_size"]), "pad_token_id": int(manifest["pad_id"]),
+               **cfg.config_overrides}
+    if cfg.objective == "ltr":
+        changes["attention"] = "causal"
+    try:
+        config = BertConfig.preset(cfg.preset, **changes)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"bad model config: {e}") from None
+    if config.max_position_embeddings < int(manifest["max_seq_len"]):
+        raise UserError(f"max_position_embeddings {config.max_position_embeddings} is below the data's "
+                        f"max_seq_len {manifest['max_seq_len']}: raise it with --config-json")
+    return config
+
+
+def open_data(cfg: TrainConfig):
+    """(train dataset, validation dataset or None, tokenizer) for DATA_DIR, checked."""
+    from bertkit.data import PretrainingDataset, check_tokenizer
+    from bertkit.tokenizer import Tokenizer
+
+    data = Path(cfg.data)
+    if not data.is_dir():
+        raise UserError("no such data directory (make one with `bertkit prepare`)", data)
+    train = PretrainingDataset(data, split="train")
+    if len(train) == 0:
+        raise UserError("the train split holds no sequences", data)
+    try:
+        val = PretrainingDataset(data, split="val")
+    except UserError:
+        val = None  # data prepared without a validation split: the run just skips evaluation
+    tokenizer = Tokenizer.from_pretrained(data / "tokenizer")
+    if cfg.tokenizer:
+        check_tokenizer(data, Tokenizer.from_pretrained(cfg.tokenizer))
+    if cfg.objective == "mlm+nsp" and train.manifest.get("format") != "nsp":
+        raise UserError(f"--objective mlm+nsp needs data prepared with sentence pairs (format nsp), "
+                        f"this is {train.manifest.get('format')!r}: use --objective mlm", data)
+    return train, val, tokenizer
+
+
+def check_run_dir(cfg: TrainConfig, has_checkpoint: bool) -> None:
+    """Refuse to write into an existing run without --resume, or to resume a different run."""
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise UserError("exists and is not a folder", out)
+    if not cfg.resume:
+        if out.exists() and any(out.iterdir()):
+            raise UserError("run folder exists; pass --resume to continue it or choose another --out", out)
+        return
+    saved = out / "config.json"
+    if not has_checkpoint or not saved.is_file():
+        return
+    try:
+        before = json.loads(saved.read_text(encoding="utf-8")).get("train", {})
+    except json.JSONDecodeError as e:
+        raise UserError(f"not valid JSON ({e})", saved) from None
+    now = cfg.to_dict()
+    changed = [f"{k} {before[k]!r} -> {now[k]!r}" for k in _RESUME_FIXED if k in before and before[k] != now[k]]
+    if changed:
+        raise UserError(f"--resume with different settings than the run it continues: {'; '.join(changed)}", out)

@@ -1,0 +1,326 @@
+"""Fine-tuning and evaluation end to end on a tiny random model, through the CLI.
+
+Every task runs a few steps on small files written in the official layouts; `bertkit evaluate`
+must reproduce the dev metrics finetune recorded for the saved model, which transformers must
+load strictly and run to the same logits. Zero-shot STS-B uses the real MiniLM checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertForPreTraining, Tokenizer
+from bertkit.cli import main as cli
+
+from conftest import shared_path
+
+GOOD = ["good", "great", "fine", "lovely", "superb", "nice"]
+BAD = ["bad", "awful", "poor", "dull", "boring", "weak"]
+NOUNS = ["movie", "film", "plot", "cast", "story", "show", "city", "river", "team", "paris", "berlin", "john", "mary"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+FILLER = ["the", "a", "was", "is", "very", "really", "in", "and", "of", "to", "what", "who", "where"]
+
+
+def _vocab() -> list[str]:
+    chars = list("abcdefghijklmnopqrstuvwxyz0123456789.,'?!-")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *GOOD, *BAD, *NOUNS, *FILLER, *chars,
+              *(f"##{c}" for c in chars)]
+    return list(dict.fromkeys(tokens))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, above all on a shared, loaded machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A random 2-layer BERT (hidden 32, intermediate 37) with MLM+NSP heads and its vocabulary."""
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "vocab.txt").write_text("".join(t + "\n" for t in _vocab()), encoding="utf-8")
+    tok = Tokenizer.from_pretrained(d)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=37, max_position_embeddings=128)
+    torch.manual_seed(0)
+    BertForPreTraining(config).save_pretrained(d, tokenizer=tok)
+    return d
+
+
+def _sentence(rng: random.Random, positive: bool) -> str:
+    adjective = rng.choice(GOOD if positive else BAD)
+    return f"the {rng.choice(NOUNS)} was {rng.choice(['very', 'really', 'a'])} {adjective} ."
+
+
+def write_sst2(path: Path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows = [(s, int(p)) for p in (True, False) * (n // 2) for s in [_sentence(rng, p)]]
+    path.write_text("sentence\tlabel\n" + "".join(f"{s} \t{y}\n" for s, y in rows), encoding="utf-8")
+
+
+def write_stsb(path: Path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    rows = []
+    for i in range(n):
+        a = _sentence(rng, i % 2 == 0)
+        b = a if i % 3 == 0 else _sentence(rng, i % 4 < 2)
+        rows.append(f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}\t{rng.uniform(0, 5):.3f}\n")
+    path.write_text(header + "".join(rows), encoding="utf-8")
+
+
+def write_mrpc(path: Path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a = _sentence(rng, True)
+        b, y = (a, 1) if i % 2 else (_sentence(rng, False), 0)
+        rows.append(f"{y}\t{1000 + i}\t{2000 + i}\t{a}\t{b}\n")
+    path.write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(rows), encoding="utf-8")
+
+
+def run_cli(*args: str) -> int:
+    return cli([str(a) for a in args])
+
+
+def finetune(tiny_dir: Path, out: Path, task: str, train: Path, dev: Path, *extra) -> dict:
+    code = run_cli("finetune", "--model", tiny_dir, "--task", task, "--train", train, "--dev", dev, "--out", out,
+                   "--epochs", "1", "--batch-size", "8", "--seeds", "1", "--no-progress", *extra)
+    assert code == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def evaluate(capsys, model: Path, task: str, data: Path, *extra) -> dict:
+    capsys.readouterr()
+    assert run_cli("evaluate", "--model", model, "--task", task, "--data", data, *extra) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def assert_same_metrics(results: dict, evaluated: dict) -> None:
+    saved = next(r for r in results["seeds"] if r["seed"] == results["saved_seed"])["dev"]
+    for key, value in saved.items():
+        if isinstance(value, float):
+            assert evaluated[key] == pytest.approx(value, abs=1e-6), key
+        else:
+            assert evaluated[key] == value, key
+
+
+def test_sst2_through_subprocess_then_evaluate_and_transformers(tiny_dir, tmp_path):
+    write_sst2(tmp_path / "train.tsv", 26, 0)
+    write_sst2(tmp_path / "dev.tsv", 14, 1)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "bertkit.cli", "finetune", "--model", str(tiny_dir), "--task", "sst2",
+           "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"), "--out", str(out),
+           "--epochs", "2", "--batch-size", "13", "--seeds", "1,2", "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "median" in proc.stdout and "saved seed" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert [r["seed"] for r in results["seeds"]] == [1, 2]
+    assert all(len(r["epochs"]) == 2 and len(r["train_loss"]) == 4 for r in results["seeds"])
+    a, b = (r["dev"]["accuracy"] for r in results["seeds"])
+    summary = results["summary"]["accuracy"]
+    assert summary["median"] == pytest.approx((a + b) / 2) and summary["std"] == pytest.approx(abs(a - b) / 2 ** 0.5)
+    assert (out / "train_loss.png").stat().st_size > 0 and (out / "dev_accuracy.png").stat().st_size > 0
+    lines = (out / "predictions.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 15
+    assert {ln.split("\t")[1] for ln in lines[1:]} <= {"0", "1"}
+
+    proc = subprocess.run([sys.executable, "-m", "bertkit.cli", "evaluate", "--model", str(out / "model"),
+                           "--task", "sst2", "--data", str(tmp_path / "dev.tsv")],
+                          capture_output=True, text=True, timeout=60, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert_same_metrics(results, json.loads(proc.stdout))
+
+    import transformers
+
+    from bertkit import BertForSequenceClassification
+
+    hf, info = transformers.BertForSequenceClassification.from_pretrained(out / "model", output_loading_info=True)
+    assert not any(info.values()), info
+    assert hf.config.id2label == {0: "0", 1: "1"}
+    ours = BertForSequenceClassification.from_pretrained(out / "model").eval()
+    ids = torch.tensor([[2, 10, 20, 30, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        diff = (hf.eval()(input_ids=ids, attention_mask=mask).logits - ours(ids, mask).logits).abs().max().item()
+    assert diff < 1e-5, f"max |logit difference| {diff}"
+
+
+def test_stsb_regression_and_mrpc(tiny_dir, tmp_path, capsys):
+    write_stsb(tmp_path / "train.tsv", 26, 0)
+    write_stsb(tmp_path / "dev.tsv", 13, 1)
+    results = finetune(tiny_dir, tmp_path / "stsb", "stsb", tmp_path / "train.tsv", tmp_path / "dev.tsv",
+                       "--group-by-length")
+    assert set(results["seeds"][0]["dev"]) == {"pearson", "spearman"}
+    config = json.loads((tmp_path / "stsb" / "model" / "config.json").read_text())
+    assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
+    rows = (tmp_path / "stsb" / "predictions.tsv").read_text().splitlines()[1:]
+    assert len(rows) == 13 and all(float(r.split("\t")[1]) == float(r.split("\t")[1]) for r in rows)
+    assert_same_metrics(results, evaluate(capsys, tmp_path / "stsb" / "model", "stsb", tmp_path / "dev.tsv"))
+
+    write_mrpc(tmp_path / "mtrain.tsv", 26, 0)
+    write_mrpc(tmp_path / "mdev.tsv", 13, 1)
+    results = finetune(tiny_dir, tmp_path / "mrpc", "mrpc", tmp_path / "mtrain.tsv", tmp_path / "mdev.tsv")
+    assert results["main_metric"] == "f1" and set(results["seeds"][0]["dev"]) == {"f1", "accuracy"}
+
+
+def test_classify_jsonl_bf16_labels_saved_and_evaluate_reproduces(tiny_dir, tmp_path, capsys):
+    rng = random.Random(0)
+    for name, n in (("train", 26), ("dev", 13)):
+        rows = [{"review": _sentence(rng, i % 2 == 0), "stars": "pos" if i % 2 == 0 else "neg"} for i in range(n)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    results = finetune(tiny_dir, out, "classify", tmp_path / "train.jsonl", tmp_path / "dev.jsonl",
+                       "--text-columns", "review", "--label-column", "stars", "--precision", "bf16")
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"}
+    assert_same_metrics(results, evaluate(capsys, out / "model", "classify", tmp_path / "dev.jsonl",
+                                          "--precision", "bf16"))
+
+
+def test_epoch_batches_cover_each_example_once_and_group_by_length():
+    from bertkit.train.finetune import epoch_batches
+
+    rng = random.Random(0)
+    lengths = [rng.randrange(5, 120) for _ in range(1000)]
+    g = torch.Generator().manual_seed(0)
+    plain, grouped = epoch_batches(lengths, 13, g, False), epoch_batches(lengths, 13, g, True)
+    for batches in (plain, grouped):
+        assert sorted(i for b in batches for i in b) == list(range(1000)) and max(map(len, batches)) == 13
+
+    def padded(batches):
+        return sum(max(lengths[i] for i in b) * len(b) for b in batches)
+
+    assert padded(grouped) < 0.6 * padded(plain)
+    assert grouped != epoch_batches(lengths, 13, g, True)  # a new order every epoch
+
+
+def test_tiny_model_overfits_small_classification_set(tiny_dir, tmp_path):
+    write_sst2(tmp_path / "train.tsv", 16, 3)
+    results = finetune(tiny_dir, tmp_path / "out", "sst2", tmp_path / "train.tsv", tmp_path / "train.tsv",
+                       "--epochs", "40", "--lr", "3e-3", "--warmup", "0")
+    assert results["seeds"][0]["dev"]["accuracy"] == 100.0
+    losses = results["seeds"][0]["train_loss"]
+    assert losses[-1] < 0.1 < losses[0]
+
+
+def _conll(path: Path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    blocks = ["-DOCSTART- -X- -X- O\n"]
+    for _ in range(n):
+        who, where = rng.choice(["john", "mary"]), rng.choice(["paris", "berlin"])
+        words = [(who, "B-PER"), ("was", "O"), ("in", "O"), (where, "B-LOC"), ("river", "I-LOC"), (".", "O")]
+        blocks.append("".join(f"{w} NN O {t}\n" for w, t in words))
+    path.write_text("\n".join(blocks), encoding="utf-8")
+
+
+def test_ner_fine_tuned_and_feature_based(tiny_dir, tmp_path, capsys):
+    _conll(tmp_path / "train.txt", 26, 0)
+    _conll(tmp_path / "dev.txt", 13, 1)
+    for mode, extra in (("ft", ()), ("fb", ("--feature-based", "--layers=-3,-2,-1"))):
+        out = tmp_path / mode
+        results = finetune(tiny_dir, out, "ner", tmp_path / "train.txt", tmp_path / "dev.txt", "--epochs", "2",
+                           *extra)
+        assert {"precision", "recall", "f1"} <= set(results["seeds"][0]["dev"])
+        lines = [ln.split() for ln in (out / "predictions.conll").read_text().splitlines() if ln]
+        assert len(lines) == 13 * 6 and all(len(x) == 3 for x in lines)
+        assert lines[0][0] in ("john", "mary") and lines[0][1] == "B-PER"
+        assert_same_metrics(results, evaluate(capsys, out / "model", "ner", tmp_path / "dev.txt"))
+    import transformers
+
+    _, info = transformers.BertForTokenClassification.from_pretrained(tmp_path / "ft" / "model",
+                                                                      output_loading_info=True)
+    assert not any(info.values()), info
+    assert (tmp_path / "fb" / "model" / "tagger.safetensors").exists()
+    _, info = transformers.BertModel.from_pretrained(tmp_path / "fb" / "model", output_loading_info=True)
+    assert not any(info.values()), info
+
+
+def _squad(path: Path, articles: int, seed: int) -> None:
+    rng = random.Random(seed)
+    data = []
+    for a in range(articles):
+        paragraphs = []
+        for _ in range(2):
+            # ~60 words: longer than the 48-token windows, so answers fall in different windows.
+            words = [rng.choice(NOUNS + FILLER) for _ in range(60)]
+            context = " ".join(words) + " ."
+            qas = []
+            for q in range(3):
+                i = rng.randrange(len(words))
+                start = len(" ".join(words[:i])) + (1 if i else 0)
+                qas.append({"id": f"a{a}-{len(paragraphs)}-{q}", "question": f"what is the {words[i]} ?",
+                            "answers": [{"text": words[i], "answer_start": start}]})
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"article {a}", "paragraphs": paragraphs})
+    path.write_text(json.dumps({"version": "1.1", "data": data}))
+
+
+def test_squad_split_articles_long_contexts(tiny_dir, tmp_path, capsys):
+    _squad(tmp_path / "squad.json", 4, 0)
+    out = tmp_path / "out"
+    code = run_cli("finetune", "--model", tiny_dir, "--task", "squad", "--train", tmp_path / "squad.json",
+                   "--split-articles", "3", "--out", out, "--epochs", "1", "--batch-size", "8", "--seeds", "1",
+                   "--max-seq-len", "48", "--no-progress")
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["n_train"] == 18 and results["n_dev"] == 6
+    assert {"exact_match", "f1"} <= set(results["seeds"][0]["dev"])
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert len(predictions) == 6 and all(isinstance(v, str) for v in predictions.values())
+    import transformers
+
+    _, info = transformers.BertForQuestionAnswering.from_pretrained(out / "model", output_loading_info=True)
+    assert not any(info.values()), info
+    # Evaluating on the held-out articles alone reproduces the dev numbers.
+    full = json.loads((tmp_path / "squad.json").read_text())
+    held = [a for a in full["data"] if any(q["id"] in predictions for p in a["paragraphs"] for q in p["qas"])]
+    (tmp_path / "held.json").write_text(json.dumps({"version": "1.1", "data": held}))
+    assert_same_metrics(results, evaluate(capsys, out / "model", "squad", tmp_path / "held.json"))
+
+
+def test_zero_shot_stsb_minilm_mean_pooling(minilm_dir, tmp_path, capsys):
+    dev = shared_path("glue", "STS-B", "dev.tsv")
+    lines = dev.read_text(encoding="utf-8").splitlines()
+    (tmp_path / "dev.tsv").write_text("\n".join(lines[:201]) + "\n", encoding="utf-8")
+    report = evaluate(capsys, minilm_dir, "stsb", tmp_path / "dev.tsv", "--zero-shot", "--pooling", "mean")
+    assert report["examples"] == 200
+    assert report["spearman"] > 70.0, report
+
+
+@pytest.mark.parametrize("case", ["malformed_row", "wrong_label", "missing_train", "missing_model"])
+def test_bad_inputs_exit_2_with_one_line(tiny_dir, tmp_path, capsys, case):
+    write_sst2(tmp_path / "dev.tsv", 4, 0)
+    train = tmp_path / "train.tsv"
+    write_sst2(train, 4, 1)
+    model = tiny_dir
+    if case == "malformed_row":
+        train.write_text(train.read_text() + "only one column\n")
+    elif case == "wrong_label":
+        train.write_text(train.read_text() + "a fine film\t7\n")
+    elif case == "missing_train":
+        train = tmp_path / "nope.tsv"
+    else:
+        model = tmp_path / "no-model"
+    capsys.readouterr()
+    code = run_cli("finetune", "--model", model, "--task", "sst2", "--train", train, "--dev", tmp_path / "dev.tsv",
+                   "--out", tmp_path / "out", "--epochs", "1", "--seeds", "1", "--no-progress")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    if case in ("malformed_row", "wrong_label"):
+        assert f"{train}:6:" in err, err
+    else:
+        assert "nope.tsv" in err or "no-model" in err, err
+    assert not (tmp_path / "out" / "model").exists()
