@@ -60,6 +60,10 @@ def test_sparse_mlm_logits_equal_dense_loss_and_grads():
     full = dense(ids, mask, segments).logits  # (B, T, V)
     dense_loss = F.cross_entropy(full.reshape(-1, 99), labels.reshape(-1), ignore_index=-100)
     assert torch.allclose(out.loss, dense_loss, atol=1e-6), report(out.loss, dense_loss)
+    # labels without hidden states also skip the last layer's work away from labelled rows and [CLS]
+    whole = dense(ids, mask, segments, labels=labels, output_hidden_states=True)
+    assert torch.allclose(out.logits, whole.logits, atol=1e-6), report(out.logits, whole.logits)
+    assert torch.allclose(out.pooler_output, whole.pooler_output, atol=1e-6)
     out.loss.backward()
     dense_loss.backward()
     for (name, p), q in zip(sparse.named_parameters(), dense.parameters()):
@@ -146,6 +150,26 @@ def test_unpad_flag_on_heads_gives_same_logits_and_grads():
     b.loss.backward()
     for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
         assert torch.allclose(p.grad, q.grad, atol=1e-5), f"{name}: {report(p.grad, q.grad)}"
+
+
+@CUDA
+def test_unpadded_encoder_on_cuda_fp32_and_bf16_varlen_kernel():
+    from bertkit.unpad import _varlen_kernel
+
+    torch.manual_seed(9)
+    model = BertModel(tiny()).cuda().eval()
+    ids, mask, segments = (t.cuda() for t in ragged_batch())
+    real = mask.bool()
+    with torch.no_grad():
+        a = model(ids, mask, segments).last_hidden_state
+        b = forward_unpadded(model, ids, mask, segments).last_hidden_state  # fp32: per-length SDPA
+        assert torch.allclose(a[real], b[real], atol=1e-5), report(a[real], b[real])
+        if _varlen_kernel(torch.zeros(1, device="cuda", dtype=torch.bfloat16), 0.0) is None:
+            pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            a = model(ids, mask, segments).last_hidden_state
+            b = forward_unpadded(model, ids, mask, segments).last_hidden_state  # flash varlen
+    assert torch.allclose(a[real].float(), b[real].float(), atol=5e-2), report(a[real], b[real])
 
 
 # ---- torch.compile captures the step in one graph ----

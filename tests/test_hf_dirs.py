@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -43,16 +42,6 @@ def tiny_config(name: str) -> bertkit.BertConfig:
     return config.with_labels(["neg", "neu", "pos"]) if "Classification" in name else config
 
 
-def random_ours(name: str, seed: int = 0) -> torch.nn.Module:
-    """Our model with every parameter random (biases and LayerNorms too)."""
-    torch.manual_seed(seed)
-    model = getattr(bertkit, name)(tiny_config(name))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.2)
-    return model.eval()
-
-
 def batch(seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
@@ -79,13 +68,25 @@ def max_output_diff(ours, ref, x) -> float:
     return max((u - v).abs().max().item() for u, v in pairs)
 
 
-@pytest.mark.parametrize("name", HEADS)
+def random_ours(name: str, seed: int = 0, **config_changes) -> torch.nn.Module:
+    """Our model with every parameter random (biases and LayerNorms too)."""
+    torch.manual_seed(seed)
+    model = getattr(bertkit, name)(tiny_config(name).replace(**config_changes))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", HEADS + ["BertModel-causal"])
 def test_ours_loads_in_transformers(tmp_path, name):
-    ours = random_ours(name)
+    name, causal = name.removesuffix("-causal"), name.endswith("-causal")
+    ours = random_ours(name, attention="causal" if causal else "bidirectional")
     ours.save_pretrained(tmp_path)
     ref, info = getattr(transformers, name).from_pretrained(tmp_path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert not info["error_msgs"], info
+    assert ref.config.is_decoder == causal  # our attention="causal" is written as HF's is_decoder
     x = batch(1)
     diff = max_output_diff(ours, ref.eval(), x)
     assert diff <= 1e-5, f"{name}: transformers' outputs differ from ours by {diff:.3g}"

@@ -49,9 +49,10 @@ def reference(data, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def interrupted(data, tmp_path_factory) -> dict:
-    """Two child runs, started together to share their start-up time: one SIGKILLed and one
-    sent SIGTERM as soon as its first checkpoint appears. {signal: (run folder, stdout, status)}"""
-    runs = {sig: tmp_path_factory.mktemp(sig.name) / "run" for sig in (signal.SIGKILL, signal.SIGTERM)}
+    """Child runs, started together to share their start-up time, each sent one signal (KILL,
+    TERM, INT) as soon as its first checkpoint appears. {signal: (run folder, stdout, status, stderr)}"""
+    signals = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+    runs = {sig: tmp_path_factory.mktemp(sig.name) / "run" for sig in signals}
     procs = {sig: start(_args(data, out)) for sig, out in runs.items()}
     pending, deadline = set(procs), time.monotonic() + 120
     while pending and time.monotonic() < deadline:
@@ -97,6 +98,14 @@ def test_sigterm_saves_exits_zero_and_resumes_identically(data, reference, inter
     assert_bit_identical(reference / "model", out / "model")
 
 
+def test_sigint_saves_and_exits_130(interrupted):
+    out, stdout, status, stderr = interrupted[signal.SIGINT]
+    assert status == 130, stderr
+    stopped = latest_checkpoint(out)
+    assert f"stopped by SIGINT at step {stopped.step}; checkpoint in {stopped.path}" in stdout
+    assert "Traceback" not in stderr
+
+
 def test_crash_while_saving_keeps_previous_checkpoint(data, reference, tmp_path, monkeypatch, one_thread):
     out = tmp_path / "run"
     real_save = checkpoint_module.save_file
@@ -120,3 +129,4 @@ def test_crash_while_saving_keeps_previous_checkpoint(data, reference, tmp_path,
     assert latest_checkpoint(out).step == 4
     assert main(_args(data, out, "--resume")) == 0
     assert_bit_identical(reference / "model", out / "model")
+    assert not list((out / "checkpoints").glob(".step-*"))  # the resumed run cleared the leftover

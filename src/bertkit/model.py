@@ -81,13 +81,16 @@ class Layer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.attn_dropout = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, is_causal: bool, rows: Tensor | None = None) -> Tensor:
+        """(B, T, C) -> (B, T, C); with `rows` (flat indices into B*T), (len(rows), C) for those only."""
         B, T, C = x.shape
         H, D = self.n_head, C // self.n_head
         q, k, v = self.qkv(x).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
         p = self.attn_dropout if self.training else 0.0
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
         a = a.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        if rows is not None:  # every key and value was needed; the rest only for these rows
+            x, a = x.reshape(B * T, C)[rows], a.reshape(B * T, C)[rows]  # (N, C) each
         return self.finish(x, a)
 
     def finish(self, x: Tensor, a: Tensor) -> Tensor:
@@ -135,7 +138,12 @@ class BertModel(PretrainedMixin, nn.Module):
         attention_mask: Tensor | None = None,  # (B, T), 1 for tokens, 0 for padding
         token_type_ids: Tensor | None = None,  # (B, T), 0 for segment A, 1 for B
         output_hidden_states: bool = False,
+        rows: Tensor | None = None,  # (N,) flat indices into B*T: the only outputs needed
     ) -> EncoderOutput:
+        """With `rows`, the last layer computes its output only at those positions (after full
+        attention): last_hidden_state is then (N, C) in that order and there is no pooler output.
+        Pretraining needs only the labelled positions and [CLS], so it skips ~85% of the last
+        layer's output projection and feed-forward work."""
         T = input_ids.shape[1]
         if T > self.config.max_position_embeddings:
             raise ValueError(
@@ -143,17 +151,20 @@ class BertModel(PretrainedMixin, nn.Module):
                 f"{self.config.max_position_embeddings}: truncate the input"
             )
         causal = self.config.attention == "causal"
-        if self.unpad and attention_mask is not None:
+        if self.unpad and attention_mask is not None and rows is None:
             from bertkit.unpad import forward_unpadded  # imports this module: import when used
 
             return forward_unpadded(self, input_ids, attention_mask, token_type_ids, output_hidden_states)
         mask, is_causal = attention_mask_for_sdpa(attention_mask, T, causal)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, C)
         states = [x] if output_hidden_states else None
-        for layer in self.layers:
-            x = layer(x, mask, is_causal)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, is_causal, rows if i == last else None)
             if states is not None:
                 states.append(x)
+        if rows is not None:
+            return EncoderOutput(x, None, tuple(states) if states is not None else None)  # x: (N, C)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, C)
         return EncoderOutput(x, pooled, tuple(states) if states is not None else None)
 

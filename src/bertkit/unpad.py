@@ -50,9 +50,15 @@ class Packing:
         return cls(index, cu, int(lengths.max()) if lengths.numel() else 0, groups)
 
 
-def _use_varlen(qkv: Tensor, dropout_p: float) -> bool:
-    return (qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0.0
-            and hasattr(torch.nn.attention, "varlen"))
+def _varlen_kernel(qkv: Tensor, dropout_p: float):
+    """torch's flash varlen attention when it applies here (CUDA, half precision, no dropout)."""
+    if not qkv.is_cuda or qkv.dtype not in (torch.float16, torch.bfloat16) or dropout_p:
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # torch >= 2.10
+    except ImportError:
+        return None
+    return varlen_attn
 
 
 def attend_packed(layer: Layer, x: Tensor, packing: Packing, causal: bool) -> Tensor:
@@ -61,9 +67,8 @@ def attend_packed(layer: Layer, x: Tensor, packing: Packing, causal: bool) -> Te
     H, D = layer.n_head, C // layer.n_head
     qkv = layer.qkv(x).view(N, 3, H, D)  # (N, 3, H, D)
     p = layer.attn_dropout if layer.training else 0.0
-    if _use_varlen(qkv, p):
-        from torch.nn.attention.varlen import varlen_attn
-
+    varlen_attn = _varlen_kernel(qkv, p)
+    if varlen_attn is not None:
         q, k, v = (t.contiguous() for t in qkv.unbind(1))  # 3 x (N, H, D)
         cu, m = packing.cu_seqlens, packing.max_len
         a = varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0) if causal else (-1, -1))

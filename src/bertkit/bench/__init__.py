@@ -39,8 +39,12 @@ def run_case(spec: CaseSpec, opts: Options, rate: float, repeats: int, warmup: i
 
 
 def run_benchmarks(specs: list[CaseSpec], opts: Options, repeats: int, warmup: int,
-                   status: Callable[[str], None] = print) -> tuple[list[dict], dict]:
-    """Every case in turn; returns the records and the run's context (matrix rate, versions)."""
+                   status: Callable[[str], None] = print,
+                   on_record: Callable[[list[dict], dict], None] | None = None) -> tuple[list[dict], dict]:
+    """Every case in turn; returns the records and the run's context (matrix rate, versions).
+
+    `on_record(records, context)` runs after each case, so a run cut short keeps what it measured.
+    """
     rate, what = matrix_rate(opts.device)
     status(f"matrix rate: {rate / 1e12:.3f} TFLOP/s ({what})")
     context = {"device": opts.device.type, "matrix_tflops": rate / 1e12, "matrix_measured": what,
@@ -60,4 +64,6 @@ def run_benchmarks(specs: list[CaseSpec], opts: Options, repeats: int, warmup: i
         r["matrix_tflops"] = rate / 1e12
         status(summary_line(r))
         records.append(r)
+        if on_record is not None:
+            on_record(records, context)
     return records, context

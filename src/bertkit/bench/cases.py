@@ -175,15 +175,15 @@ def build_pretrain(spec: CaseSpec, opts: Options) -> Workload:
     device, ac = opts.device, autocast_for(opts.device)
     config = BertConfig.preset(spec.preset)
     B, T = spec.batch[device.type], spec.seq_len
-    copies = 2 if device.type == "cuda" else 1
-    ours, theirs = _pair(BertForPreTraining, "BertForPreTraining", config, device, copies)
+    second_reference = device.type == "cuda" and opts.compile  # transformers compiled, too
+    ours, theirs = _pair(BertForPreTraining, "BertForPreTraining", config, device, 2 if second_reference else 1)
     batch = pretrain_batch(config, B, T, device)
     run_ours = compiled(ours, device) if opts.compile else ours
     contenders = [
         _train_contender("bertkit", ours, run_ours, batch, ac, _eval_outputs(ours, batch, ac)),
         _train_contender("transformers", theirs[0], theirs[0], batch, ac, _eval_outputs(theirs[0], batch, ac)),
     ]
-    if device.type == "cuda":
+    if second_reference:
         contenders.append(_train_contender("transformers-compiled", theirs[1], torch.compile(theirs[1]), batch, ac))
     labelled = int((batch["labels"] != -100).sum())
     flops = step_flops(config, [T] * B, labelled, training=True)
@@ -223,7 +223,7 @@ def build_infer(spec: CaseSpec, opts: Options) -> Workload:
 
     device, ac = opts.device, autocast_for(opts.device)
     config = BertConfig.preset(spec.preset)
-    ours, theirs = _pair(BertModel, "BertModel", config, device, 2 if device.type == "cuda" else 1)
+    ours, theirs = _pair(BertModel, "BertModel", config, device)
     notes = []
     if spec.kind == "varlen":
         batches, lengths, source = _varlen_batches(spec, device)
@@ -239,21 +239,19 @@ def build_infer(spec: CaseSpec, opts: Options) -> Workload:
     select = keep.bool() if keep is not None else None
     ours_out = _eval_outputs(ours, batches[0], ac, select)
     theirs_out = _eval_outputs(theirs[0], batches[0], ac, select)
-    main = ours
+    main, plain_name = ours, None
     if spec.int8 or (opts.int8 and device.type == "cpu"):
         from bertkit.quantize import quantize_int8
 
-        main = quantize_int8(ours)
+        main, plain_name = quantize_int8(ours), "bertkit-fp32"
         ours_out = _eval_outputs(main, batches[0], ac, select)
         notes.append("bertkit int8 dynamic quantization; bertkit-fp32 is the same model unquantized")
-    elif opts.compile:
-        main = compiled(ours, device)
+    elif opts.compile and spec.kind != "varlen":  # unpadded shapes change every batch: stays eager
+        main, plain_name = compiled(ours, device), "bertkit-eager"
     contenders = [_infer_contender("bertkit", main, batches, ac, ours_out),
                   _infer_contender("transformers", theirs[0], batches, ac, theirs_out)]
-    if main is not ours:
-        contenders.append(_infer_contender("bertkit-fp32", ours, batches, ac))
-    if device.type == "cuda":
-        contenders.append(_infer_contender("transformers-compiled", torch.compile(theirs[1]), batches, ac))
+    if plain_name is not None:
+        contenders.append(_infer_contender(plain_name, ours, batches, ac))
     return Workload(spec, contenders, len(lengths), sum(lengths), step_flops(config, lengths), notes)
 
 

@@ -57,12 +57,18 @@ def run(args) -> int:
     specs = selected(args.cases, device)
     transformers_module()  # fail early, with the install hint, before any work
     opts = Options(device=device, compile=args.compile, int8=args.int8)
-    records, context = run_benchmarks(specs, opts, args.repeats, args.warmup)
+    records, context = run_benchmarks(specs, opts, args.repeats, args.warmup, on_record=_writer(args.json))
     print()
     print(markdown_table(records))
     if args.json:
-        from bertkit.io import write_json
-
-        write_json(args.json, [{**r, "run": context} for r in records])
         print(f"wrote {args.json}")
     return 0
+
+
+def _writer(path: str | None):
+    """Rewrite the JSON file after every case, so an interrupted run keeps its finished cases."""
+    if path is None:
+        return None
+    from bertkit.io import write_json
+
+    return lambda records, context: write_json(path, [{**r, "run": context} for r in records])

@@ -32,6 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-length", type=int, default=512, help="longest text in tokens; longer is cut (default 512)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
     parser.add_argument("--out", required=True, help="output .npy file, written atomically")
+    parser.add_argument("--int8", action="store_true",
+                        help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster, slightly different vectors")
 
 
 def _read_sentences(path: Path) -> list[str]:
@@ -73,6 +75,12 @@ def run(args) -> int:
     device = _device(args.device)
     sentences = _read_sentences(Path(args.input))
     model, tokenizer = load_encoder(args.model)
+    if args.int8:
+        if device.type != "cpu":
+            raise UserError("--int8 runs on the CPU: add --device cpu")
+        from bertkit.quantize import quantize_int8
+
+        model = quantize_int8(model, inplace=True)
     vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=layers, combine=args.combine,
                           normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
                           device=device)

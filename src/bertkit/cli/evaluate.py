@@ -32,6 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--label-column", help="classify/regress: label column; default: as fine-tuned")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--int8", action="store_true",
+                        help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference")
     parser.add_argument("--zero-shot", action="store_true",
                         help="stsb (or a regress pair table): cosine of untrained sentence embeddings vs gold")
     parser.add_argument("--pooling", choices=("cls", "mean", "max"), default="mean", help="for --zero-shot")
@@ -74,11 +76,15 @@ def build_for_model(args, model_dir: Path, rt):
                      feature_based=feature_based, model_dir=model_dir, rt=rt, layers=layers)
 
 
-def evaluate_model(task, model_dir: Path, data_path, rt) -> tuple[dict, dict, object]:
-    """(metrics, prepared data, predictions) of the saved model on a file."""
+def evaluate_model(task, model_dir: Path, data_path, rt, int8: bool = False) -> tuple[dict, dict, object]:
+    """(metrics, prepared data, predictions) of the saved model on a file (int8: quantized, CPU)."""
     examples = task.read(data_path)
     data = task.prepare(examples)
     model = task.load_model(model_dir).to(rt.device)
+    if int8:
+        from bertkit.quantize import quantize_int8
+
+        model = quantize_int8(model, inplace=True)
     predictions = task.predict(model, data, rt)
     return task.score(data, predictions), data, predictions
 
@@ -94,15 +100,18 @@ def run(args) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     rt = Runtime(resolve_device(args.device), args.precision, args.batch_size)
+    if args.int8 and (rt.device.type != "cpu" or args.precision != "fp32" or args.zero_shot):
+        raise UserError("--int8 runs fine-tuned models on the CPU in fp32: use --device cpu, no --precision bf16 "
+                        "or --zero-shot")
     if args.zero_shot:
         report = zero_shot(args, model_dir, rt)
     else:
         task = build_for_model(args, model_dir, rt)
-        metrics, data, predictions = evaluate_model(task, model_dir, args.data, rt)
+        metrics, data, predictions = evaluate_model(task, model_dir, args.data, rt, int8=args.int8)
         if args.out:
             task.write_predictions(Path(args.out), data, predictions)
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data),
-                  "examples": len(data["examples"]), **metrics}
+                  "examples": len(data["examples"]), "int8": args.int8, **metrics}
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0

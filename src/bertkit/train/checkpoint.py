@@ -88,6 +88,13 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
     return sorted(found, key=lambda c: c.step)
 
 
+def remove_partial(run_dir: str | Path) -> None:
+    """Delete the hidden temporary folders a run killed mid-save left behind."""
+    root = Path(run_dir) / "checkpoints"
+    for p in root.glob(".step-*.tmp") if root.is_dir() else []:
+        shutil.rmtree(p, ignore_errors=True)
+
+
 def latest_checkpoint(run_dir: str | Path) -> Checkpoint | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
@@ -110,4 +117,4 @@ def write_model_copy(source_model, dest: str | Path, tokenizer=None) -> None:
 
 
 __all__ = ["Checkpoint", "checkpoint_dir", "latest_checkpoint", "list_checkpoints",
-           "load_optimizer", "save_checkpoint", "write_model_copy"]
+           "load_optimizer", "remove_partial", "save_checkpoint", "write_model_copy"]

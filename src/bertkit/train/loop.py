@@ -23,7 +23,8 @@ import torch
 from bertkit.errors import UserError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.io import write_json
-from bertkit.train.checkpoint import latest_checkpoint, load_optimizer, save_checkpoint, write_model_copy
+from bertkit.train.checkpoint import (latest_checkpoint, load_optimizer, remove_partial, save_checkpoint,
+                                      write_model_copy)
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
 from bertkit.train.objective import IGNORE, Objective, derived_seed, evaluate, slice_rows
 from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
@@ -156,6 +157,7 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
     start = checkpoint.step if checkpoint is not None else 0
     log = RunLog(cfg.out, d.is_main, resumed_step=start if checkpoint is not None else None)
     if d.is_main:
+        remove_partial(cfg.out)
         write_json(Path(cfg.out) / "config.json", {
             "model": model.config.to_dict(), "train": cfg.to_dict(), "data": train.manifest,
             "world_size": d.world_size, "device": str(device)})
@@ -195,6 +197,7 @@ class _Loop:
         last_eval = last_save = step if self.log.resumed_step is not None else -1
         meter = Throughput(self.model, cfg, int(self.train.manifest["max_seq_len"]), self.device, step, elapsed)
         started = time.perf_counter() - elapsed
+        stopped = False  # a signal reached some rank: every rank stops after the same step
         with StopRequest() as stop:
             while not self.done(step, elapsed):
                 lr = self.lr(step, elapsed)
@@ -216,20 +219,21 @@ class _Loop:
                 meter.add(losses)
                 stopping, elapsed = agree([float(stop.signum is not None), time.perf_counter() - started],
                                           d, self.device)
-                if step % cfg.log_every == 0 or self.done(step, elapsed) or stopping:
+                stopped = bool(stopping)
+                if step % cfg.log_every == 0 or self.done(step, elapsed) or stopped:
                     self.report(step, lr, grad_norm, meter, elapsed)
-                if stopping:
+                if stopped:
                     break
-            if step != last_eval and stop.signum is None:  # a stopped run saves at once instead
+            if step != last_eval and not stopped:  # a stopped run saves at once instead
                 self.evaluate(step)
             if step != last_save:
                 path = self.save(step, stream, elapsed)
             else:
                 path = latest_checkpoint(cfg.out).path if d.is_main else None
-        if stop.signum is not None:
+        if stopped:
             if d.is_main:
-                print(f"stopped by {signal.Signals(stop.signum).name} at step {step}; checkpoint in {path}; "
-                      f"continue with --resume", flush=True)
+                cause = signal.Signals(stop.signum).name if stop.signum is not None else "a signal to another rank"
+                print(f"stopped by {cause} at step {step}; checkpoint in {path}; continue with --resume", flush=True)
             return stop.exit_code
         if d.is_main:
             write_model_copy(self.model, Path(cfg.out) / "model", self.tokenizer)
