@@ -62,3 +62,20 @@ def pretraining_data(tmp_path_factory) -> Path:
                      "--max-seq-len", "32", "--format", fmt, "--out", str(root / fmt),
                      "--val-fraction", "0.2", "--workers", "1"]) == 0
     return root
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Test models are tiny: one thread is fastest, above all on a loaded 2-core machine, and
+    subprocesses started by tests inherit OMP_NUM_THREADS=1."""
+    import torch
+
+    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    torch.set_num_threads(before)
+    if env is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = env

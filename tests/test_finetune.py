@@ -36,14 +36,6 @@ def _vocab() -> list[str]:
     return list(dict.fromkeys(tokens))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, above all on a shared, loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:

@@ -27,14 +27,6 @@ HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceC
          "BertForTokenClassification", "BertForQuestionAnswering"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors gain nothing from threads, and on a shared CPU a waiting thread spins."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def tiny_config(name: str) -> bertkit.BertConfig:
     config = bertkit.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -26,14 +26,6 @@ TOL = 1e-5
 B, T, V = 13, 7, 99
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors gain nothing from threads, and on a shared CPU a waiting thread spins."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def assert_close(ours: torch.Tensor, ref: torch.Tensor, what: str, tol: float = TOL) -> None:
     """Shapes equal and max |ours - ref| <= tol; the message reports max and mean difference."""

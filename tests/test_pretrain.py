@@ -17,13 +17,6 @@ from bertkit.train.objective import Objective, next_token_labels
 from pretrain_helpers import tiny_args
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def test_next_token_labels_stop_at_padding():
     ids = torch.tensor([[2, 10, 11, 3, 0, 0, 0], [2, 12, 13, 14, 15, 16, 3]])

@@ -28,13 +28,6 @@ def _args(data: Path, out: Path, *extra: str) -> list[str]:
     return tiny_args(data, out, *STEPS, *extra)
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory) -> Path:

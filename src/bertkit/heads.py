@@ -5,7 +5,8 @@ dataclass. Losses match transformers' (cross-entropy with ignore index -100, MSE
 
 The MLM head differs from transformers in one way that matters for speed: given labels, it
 computes vocabulary logits only at the labelled positions (~15% of tokens), so `logits` is then
-(N, V) for the N labelled positions in row-major order rather than (B, T, V).
+(N, V) for the N labelled positions in row-major order rather than (B, T, V). Unless hidden states
+are asked for, the encoder's last layer then also runs only at those positions and [CLS].
 
 Shape legend: B batch, T tokens, C hidden, V vocabulary, N labelled positions, L labels.
 """

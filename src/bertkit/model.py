@@ -9,7 +9,10 @@ which change the numbers:
 - attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels when
   there is no mask) with a boolean mask, which softmaxes to exactly the zeros of HF's additive
   dtype-minimum mask;
-- `attention="causal"` gives the paper's left-to-right ablation.
+- `attention="causal"` gives the paper's left-to-right ablation;
+- two ways to skip work whose result nobody reads: `unpad=True` drops padding before the layers
+  (`bertkit.unpad`), and `rows=` computes the last layer's output only where a head needs it
+  (pretraining: labelled positions and [CLS]).
 
 Shape legend: B batch, T tokens, C hidden, H heads, D head size (C = H*D), I intermediate.
 """

@@ -60,6 +60,10 @@ def run_benchmarks(specs: list[CaseSpec], opts: Options, repeats: int, warmup: i
         pass
     records = []
     for spec in specs:
+        # On a shared machine a single reading can catch a busy moment (MFU above 100%): keep the
+        # best rate seen, re-measured before every case.
+        rate = max(rate, matrix_rate(opts.device, repeats=3)[0])
+        context["matrix_tflops"] = rate / 1e12
         r = run_case(spec, opts, rate, repeats, warmup, status)
         r["matrix_tflops"] = rate / 1e12
         status(summary_line(r))

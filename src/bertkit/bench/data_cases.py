@@ -9,7 +9,9 @@ DataCollatorForLanguageModeling, which pads and masks a list of examples on the 
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -87,6 +89,7 @@ def _stand_in_vocab() -> Path:
     tokens = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokens += [f"w{i}" for i in range(30522 - len(tokens))]
     folder = Path(tempfile.mkdtemp(prefix="bertkit-bench-vocab-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     return folder
 
@@ -99,6 +102,7 @@ def build_prepare(spec: CaseSpec, opts: Options) -> Workload:
         raise UserError("data-prepare needs the corpus under ../shared/data (set BERTKIT_SHARED)")
     corpus = data / "corpus" / "state-of-the-union"
     work = Path(tempfile.mkdtemp(prefix="bertkit-bench-prepare-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     out = work / "data"
     counts = {}
 

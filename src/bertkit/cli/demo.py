@@ -11,8 +11,10 @@ from bertkit.errors import UserError
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, help="run folder (default: runs/demo-YYYYmmdd-HHMMSS)")
     parser.add_argument("--minutes", type=float, default=12.0,
-                        help="time budget; pretraining gets 60%% of it (default 12, under 15 in all on 2 cores)")
-    parser.add_argument("--preset", default="mini", help="model size preset (default mini: 4 layers, hidden 256)")
+                        help="time budget; pretraining gets 75%% of it (default 12, under 15 in all on 2 cores)")
+    parser.add_argument("--preset", default="tiny", help="model size preset (default tiny: 2 layers, hidden 128)")
+    parser.add_argument("--articles-per-topic", type=int, default=None,
+                        help="use only this many articles of each topic (a quicker, smaller demo)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -24,7 +26,8 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     if out.exists():
         raise UserError("run folder exists already; choose another --out", out)
-    plan = DemoPlan(minutes=args.minutes, preset=args.preset, seed=args.seed)
+    plan = DemoPlan(minutes=args.minutes, preset=args.preset, seed=args.seed,
+                    articles_per_topic=args.articles_per_topic)
     summary = run_demo(out, plan)
     print(f"\nDone in {summary['total_minutes']} minutes. Summary: {out / 'summary.md'}")
     print((out / "summary.md").read_text())
