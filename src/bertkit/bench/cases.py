@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 

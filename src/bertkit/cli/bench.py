@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from bertkit.devices import resolve_device
 from bertkit.errors import UserError
 
 
@@ -27,20 +28,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device must be cpu, cuda or auto, not {name!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available to torch here")
-    if device.type not in ("cpu", "cuda"):
-        raise UserError(f"--device must be cpu, cuda or auto, not {name!r}")
-    return device
-
-
 def run(args) -> int:
     from bertkit.bench import CASES, Options, markdown_table, run_benchmarks, selected
     from bertkit.bench.cases import transformers_module
@@ -51,7 +38,7 @@ def run(args) -> int:
         return 0
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("--repeats must be at least 1 and --warmup at least 0")
-    device = _device(args.device)
+    device = resolve_device(args.device, allowed=("cpu", "cuda"))
     if args.threads:
         torch.set_num_threads(args.threads)
     specs = selected(args.cases, device)

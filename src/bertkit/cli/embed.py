@@ -49,30 +49,17 @@ def _read_sentences(path: Path) -> list[str]:
     return sentences
 
 
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device {name!r} (use cpu, cuda, cuda:N or auto)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} asked for but no CUDA device is available")
-    return device
-
-
 def run(args) -> int:
     import numpy as np
 
+    from bertkit.devices import resolve_device
     from bertkit.embed import embed_texts, load_encoder
     from bertkit.io import atomic_path
 
     layers = _layer_list(args.layers)
     if args.batch_size < 1 or args.max_length < 3:
         raise UserError("--batch-size must be at least 1 and --max-length at least 3")
-    device = _device(args.device)
+    device = resolve_device(args.device)
     sentences = _read_sentences(Path(args.input))
     model, tokenizer = load_encoder(args.model)
     if args.int8:

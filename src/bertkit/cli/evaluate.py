@@ -90,7 +90,8 @@ def evaluate_model(task, model_dir: Path, data_path, rt, int8: bool = False) -> 
 
 
 def run(args) -> int:
-    from bertkit.train.finetune_tasks import Runtime, resolve_device
+    from bertkit.devices import resolve_device
+    from bertkit.train.finetune_tasks import Runtime
 
     model_dir = Path(args.model)
     if not model_dir.is_dir():

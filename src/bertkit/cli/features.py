@@ -84,7 +84,7 @@ def run(args) -> int:
 
     from bertkit.embed import load_encoder
     from bertkit.io import atomic_path, read_lines
-    from bertkit.train.finetune_tasks import resolve_device
+    from bertkit.devices import resolve_device
 
     out = Path(args.out)
     if out.suffix != ".npz":

@@ -108,7 +108,8 @@ def run(args) -> int:
     from bertkit.config import BertConfig
     from bertkit.tokenizer import Tokenizer
     from bertkit.train.finetune import Hyper, finetune, make_task
-    from bertkit.train.finetune_tasks import Runtime, resolve_device
+    from bertkit.devices import resolve_device
+    from bertkit.train.finetune_tasks import Runtime
 
     _check_args(args)
     seeds = parse_seeds(args.seeds)

@@ -47,22 +47,6 @@ class Runtime:
         return contextlib.nullcontext()
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda asked for, but no CUDA GPU is available")
-    return device
-
-
 # Sequence keys padded to the batch's longest row, and their padding values.
 _PAD = {"input_ids": 0, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE}
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.devices import resolve_device
 from bertkit.errors import UserError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.io import write_json
@@ -79,19 +80,9 @@ class StopRequest:
         return 130 if self.signum == signal.SIGINT else 0
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda, but no CUDA device is available")
-    if name not in ("cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, not {name!r}")
-    return torch.device(name)
-
-
 def pretrain(cfg: TrainConfig) -> int:
     """Run (or resume) pretraining as `cfg` says; the process exit status."""
-    device = pick_device(cfg.device)
+    device = resolve_device(cfg.device, allowed=("cpu", "cuda"))
     d = init_distributed(device.type)
     if device.type == "cuda":
         device = torch.device("cuda", d.local_rank)
