@@ -31,6 +31,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def int_list(text: str, flag: str) -> tuple[int, ...]:
+    """A comma-separated list of integers from a flag such as --layers -4,-3,-2,-1 or --seeds 1,2,3."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated integers such as 1,2,3, not {text!r}") from None
+    if not values:
+        raise UserError(f"{flag} names no value")
+    return values
+
+
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items())

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bertkit.cli import int_list
 from bertkit.errors import UserError
-
-
-def _layer_list(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(f"--layers takes integers such as -1 or -4,-3,-2,-1, not {text!r}") from None
 
 
 def add_arguments(parser) -> None:
@@ -56,7 +50,7 @@ def run(args) -> int:
     from bertkit.embed import embed_texts, load_encoder
     from bertkit.io import atomic_path
 
-    layers = _layer_list(args.layers)
+    layers = list(int_list(args.layers, "--layers"))
     if args.batch_size < 1 or args.max_length < 3:
         raise UserError("--batch-size must be at least 1 and --max-length at least 3")
     device = resolve_device(args.device)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bertkit.cli import int_list
 from bertkit.errors import UserError
 
 
@@ -34,12 +35,7 @@ def add_arguments(parser) -> None:
 
 def parse_layers(text: str, num_layers: int) -> tuple[int, ...]:
     """Layer indices, checked against a model with `num_layers` layers (L+1 hidden states)."""
-    try:
-        layers = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UserError(f"--layers must be comma-separated integers, not {text!r}") from None
-    if not layers:
-        raise UserError("--layers names no layer")
+    layers = int_list(text, "--layers")
     for layer in layers:
         if not -(num_layers + 1) <= layer <= num_layers:
             raise UserError(f"layer {layer} does not exist: the model has hidden states "

@@ -13,6 +13,7 @@ import random
 import time
 from pathlib import Path
 
+from bertkit.cli import int_list
 from bertkit.errors import UserError
 
 
@@ -48,26 +49,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--group-by-length", action="store_true",
                         help="batch inputs of similar length together (less padding; faster on CPU)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
-
-
-def parse_seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise UserError(f"--seeds must be comma-separated integers, not {text!r}") from None
-    if not seeds:
-        raise UserError("--seeds names no seed")
-    return seeds
-
-
-def parse_layers(text: str) -> tuple[int, ...]:
-    try:
-        layers = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise UserError(f"--layers must be comma-separated integers, not {text!r}") from None
-    if not layers:
-        raise UserError("--layers names no layer")
-    return layers
 
 
 def _check_args(args) -> None:
@@ -112,13 +93,13 @@ def run(args) -> int:
     from bertkit.train.finetune_tasks import Runtime
 
     _check_args(args)
-    seeds = parse_seeds(args.seeds)
+    seeds = int_list(args.seeds, "--seeds")
     model_dir = Path(args.model)
     config = BertConfig.load(model_dir)
     tokenizer = Tokenizer.from_pretrained(model_dir)
     rt = Runtime(resolve_device(args.device), args.precision, args.eval_batch_size, not args.no_progress)
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
-    layers = parse_layers(args.layers) if args.feature_based else None
+    layers = int_list(args.layers, "--layers") if args.feature_based else None
     task = make_task(args.task, tokenizer, args.max_seq_len, columns, args.label_column,
                      feature_based=args.feature_based, model_dir=model_dir, rt=rt, layers=layers)
     lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
