@@ -9,7 +9,9 @@
 #   1. the fast-path tests (tests/test_fastpaths.py: unpadded varlen kernel, fused AdamW, masking
 #      on CUDA) and the parity tests, on CUDA;
 #   2. every CUDA benchmark case, eager, bf16 autocast, fused AdamW;
-#   3. the pretraining cases with --compile (bertkit compiled; transformers eager and compiled).
+#   3. end to end on CUDA, when device_data/ was carried: pretrain (bf16, --compile) on prepared
+#      State of the Union data, fine-tune SST-2 on the result, evaluate it;
+#   4. the pretraining cases with --compile (bertkit compiled; transformers eager and compiled).
 # Each bench run rewrites its JSON after every case, so a timeout keeps the finished cases.
 set -u
 cd "$(dirname "$0")/.."
@@ -17,6 +19,8 @@ OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false
+# real dev-set lengths for the varlen cases, when carried (device_data/data/{glue,squad})
+[ -d device_data/data ] && export BERTKIT_SHARED="$PWD/device_data"
 PY="${PYTHON:-python3}"
 
 {
@@ -28,19 +32,39 @@ PY="${PYTHON:-python3}"
 cat "$OUT/env.txt"
 
 echo "== 1. fast-path and parity tests on CUDA"
-timeout 120 "$PY" -m pytest tests/test_fastpaths.py tests/test_parity.py -q -p no:cacheprovider -rs \
+[ -n "${SKIP_TESTS:-}" ] || timeout 100 "$PY" -m pytest tests/test_fastpaths.py tests/test_parity.py -q -p no:cacheprovider -rs \
   > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"; tail -n 15 "$OUT/pytest.log"
 
 EAGER=pretrain-base-s128-b256,pretrain-base-s512-b64,pretrain-large-s128-b128,pretrain-mini-s128-b32
 EAGER=$EAGER,infer-base-s128,infer-varlen-sst2,infer-varlen-mrpc,infer-varlen-squad,data-masking
+EAGER="${EAGER_CASES:-$EAGER}"  # to rerun some cases only
 echo "== 2. benchmark, eager"
 timeout 170 "$PY" -m bertkit.cli bench --device cuda --cases "$EAGER" --repeats 10 --warmup 3 \
   --json "$OUT/bench_cuda_eager.json" > "$OUT/bench_cuda_eager.log" 2>&1
 echo "bench eager exit $?"; grep -v "Loading weights" "$OUT/bench_cuda_eager.log" | tail -n 14
 
-echo "== 3. benchmark, compiled (pretraining)"
-timeout 240 "$PY" -m bertkit.cli bench --device cuda --compile \
+if [ -d device_data/sotu-nsp128 ]; then
+  echo "== 3. end to end on CUDA: pretrain (bf16, compiled), fine-tune, evaluate"
+  D=device_data/data/glue/SST-2
+  { timeout 90 "$PY" -m bertkit.cli pretrain --data device_data/sotu-nsp128 --preset mini --out /tmp/e2e-pt \
+      --steps 200 --batch-size 128 --lr 1e-3 --precision bf16 --compile --device cuda --eval-every 100 \
+      --log-every 25 --save-every 100
+    echo "pretrain exit $?"
+    timeout 40 "$PY" -m bertkit.cli finetune --model /tmp/e2e-pt/model --task sst2 --train $D/train.tsv \
+      --dev $D/dev.tsv --out /tmp/e2e-ft --epochs 2 --batch-size 32 --lr 1e-4 --seeds 1 --precision bf16 \
+      --device cuda --no-progress
+    echo "finetune exit $?"
+    timeout 15 "$PY" -m bertkit.cli evaluate --model /tmp/e2e-ft/model --task sst2 --data $D/dev.tsv --device cuda
+    echo "evaluate exit $?"
+    cp /tmp/e2e-pt/loss.png "$OUT/e2e_loss.png" 2>/dev/null
+  } > "$OUT/e2e.log" 2>&1
+  grep -E "exit|step +200|dev |accuracy|Error|error" "$OUT/e2e.log" | tail -n 12
+fi
+
+echo "== 4. benchmark, compiled (pretraining)"
+timeout 190 "$PY" -m bertkit.cli bench --device cuda --compile \
   --cases pretrain-base-s128-b256,pretrain-large-s128-b128,pretrain-base-s512-b64 --repeats 10 --warmup 3 \
   --json "$OUT/bench_cuda_compiled.json" > "$OUT/bench_cuda_compiled.log" 2>&1
 echo "bench compiled exit $?"; grep -v "Loading weights" "$OUT/bench_cuda_compiled.log" | tail -n 8
+

@@ -23,6 +23,7 @@ import torch
 from bertkit.devices import resolve_device
 from bertkit.errors import UserError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining
+from bertkit.model import compile_blocks
 from bertkit.io import write_json
 from bertkit.train.checkpoint import (latest_checkpoint, load_optimizer, remove_partial, save_checkpoint,
                                       write_model_copy)
@@ -121,7 +122,7 @@ def _objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
 
 def _wrap(model, cfg: TrainConfig, d: Dist, device: torch.device):
     """The module the loop calls: compiled and/or wrapped for data parallelism."""
-    train_model = torch.compile(model) if cfg.compile else model
+    train_model = compile_blocks(model) if cfg.compile else model
     if d.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
