@@ -43,14 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.feature_based:
         parser.error("--feature-based trains bertkit's own tagger; compare plain fine-tuning instead")
-    finetune_tasks.HeadTask.new_model = _new_model
-    finetune_tasks.HeadTask.save_model = _save_model
+    task_class = finetune_tasks.HeadTask
+    originals = task_class.new_model, task_class.save_model
+    task_class.new_model, task_class.save_model = _new_model, _save_model
     print(f"transformers {transformers.__version__}: the model below is transformers', the recipe bertkit's")
     try:
         return finetune_cli.run(args)
     except UserError as e:
         print(f"hf_finetune.py: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        task_class.new_model, task_class.save_model = originals
 
 
 if __name__ == "__main__":

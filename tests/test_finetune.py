@@ -150,6 +150,33 @@ def test_sst2_through_subprocess_then_evaluate_and_transformers(tiny_dir, tmp_pa
     assert diff < 1e-5, f"max |logit difference| {diff}"
 
 
+def test_transformers_recipe_script_trains_transformers_model(tiny_dir, tmp_path):
+    """bench/hf_finetune.py: bertkit's recipe around transformers' model. The run must train (it
+    fits the set the overfitting test fits), save a directory both libraries load, and
+    `bertkit evaluate` must reproduce the dev metrics it recorded."""
+    write_sst2(tmp_path / "train.tsv", 16, 3)
+    out = tmp_path / "hf"
+    script = Path(__file__).resolve().parents[1] / "bench" / "hf_finetune.py"
+    proc = subprocess.run([sys.executable, str(script), "--model", str(tiny_dir), "--task", "sst2",
+                           "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "train.tsv"),
+                           "--out", str(out), "--epochs", "40", "--batch-size", "8", "--lr", "3e-3",
+                           "--warmup", "0", "--seeds", "1", "--no-progress"],
+                          capture_output=True, text=True, timeout=180, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "the model below is transformers'" in proc.stdout
+    # transformers' save_pretrained stamps its version; bertkit's does not: the model was theirs
+    assert "transformers_version" in json.loads((out / "model" / "config.json").read_text())
+    results = json.loads((out / "results.json").read_text())
+    assert results["seeds"][0]["dev"]["accuracy"] == 100.0
+    losses = results["seeds"][0]["train_loss"]
+    assert losses[-1] < 0.1 < losses[0]
+    proc = subprocess.run([sys.executable, "-m", "bertkit.cli", "evaluate", "--model", str(out / "model"),
+                           "--task", "sst2", "--data", str(tmp_path / "train.tsv")],
+                          capture_output=True, text=True, timeout=60, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert_same_metrics(results, json.loads(proc.stdout))
+
+
 def test_stsb_regression_and_mrpc(tiny_dir, tmp_path, capsys):
     write_stsb(tmp_path / "train.tsv", 26, 0)
     write_stsb(tmp_path / "dev.tsv", 13, 1)
