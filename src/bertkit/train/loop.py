@@ -89,7 +89,12 @@ def pretrain(cfg: TrainConfig) -> int:
         device = torch.device("cuda", d.local_rank)
         torch.set_float32_matmul_precision("high")
     try:
-        return _run(cfg, device, d)
+        status = _run(cfg, device, d)
+        # Every rank done with its collectives before any tears its group down: a gloo rank that
+        # destroyed its group while a peer's last work was in flight once aborted in CI
+        # ("terminate called without an active exception").
+        barrier(d)
+        return status
     finally:
         close_distributed(d)
 
