@@ -11,9 +11,8 @@ transformers is a test/bench dependency only: it is imported here, inside functi
 
 from __future__ import annotations
 
-import copy
-
 import contextlib
+import copy
 import tempfile
 from dataclasses import dataclass, field
 
