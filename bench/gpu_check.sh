@@ -13,6 +13,18 @@
 #      State of the Union data, fine-tune SST-2 on the result, evaluate it;
 #   4. the pretraining cases with --compile (bertkit compiled; transformers eager and compiled).
 # Each bench run rewrites its JSON after every case, so a timeout keeps the finished cases.
+#
+# ../shared does not travel to the device; build the git-ignored device_data/ here first (8 MB):
+#   mkdir -p device_data/data/glue/{SST-2,MRPC} device_data/data/squad device_data/data/vocab/bert-base-uncased
+#   cp ../shared/data/glue/SST-2/dev.tsv device_data/data/glue/SST-2/
+#   head -2001 ../shared/data/glue/SST-2/train.tsv > device_data/data/glue/SST-2/train.tsv
+#   cp ../shared/data/glue/MRPC/dev.tsv device_data/data/glue/MRPC/
+#   cp ../shared/data/squad/dev-v1.1.json device_data/data/squad/
+#   cp ../shared/data/vocab/bert-base-uncased/vocab.txt device_data/data/vocab/bert-base-uncased/
+#   bertkit prepare --input ../shared/data/corpus/state-of-the-union --tokenizer device_data/data/vocab/bert-base-uncased \
+#     --format nsp --max-seq-len 128 --out device_data/sotu-nsp128
+# then: run(command="bash bench/gpu_check.sh", carry=["device_data"], timeout_s=600).
+# SKIP_TESTS=1 and EAGER_CASES=a,b rerun parts only.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-bench/out}"

@@ -172,7 +172,7 @@ def test_unpadded_encoder_on_cuda_fp32_and_bf16_varlen_kernel():
     assert torch.allclose(a[real].float(), b[real].float(), atol=5e-2), report(a[real], b[real])
 
 
-# ---- torch.compile captures the step in one graph ----
+# ---- torch.compile, per block ----
 
 def test_compiled_blocks_train_like_eager_as_the_labelled_count_changes():
     """`pretrain --compile` compiles each block (the gather of labelled rows stays eager): the
