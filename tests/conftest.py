@@ -79,3 +79,29 @@ def one_thread():
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = env
+
+
+def _tiny_vocab() -> list[str]:
+    from finetune_helpers import BAD, FILLER, GOOD, NOUNS
+
+    chars = list("abcdefghijklmnopqrstuvwxyz0123456789.,'?!-")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *GOOD, *BAD, *NOUNS, *FILLER, *chars,
+              *(f"##{c}" for c in chars)]
+    return list(dict.fromkeys(tokens))
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A random 2-layer BERT (hidden 32, intermediate 37) with MLM+NSP heads and its vocabulary."""
+    import torch
+
+    from bertkit import BertConfig, BertForPreTraining, Tokenizer
+
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "vocab.txt").write_text("".join(t + "\n" for t in _tiny_vocab()), encoding="utf-8")
+    tok = Tokenizer.from_pretrained(d)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=37, max_position_embeddings=128)
+    torch.manual_seed(0)
+    BertForPreTraining(config).save_pretrained(d, tokenizer=tok)
+    return d

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import bertkit
 from bertkit.cli import main
-from bertkit.cli.fill_mask import load_masked_lm, predict
+from bertkit.fill_mask import fill_mask as predict, load_masked_lm
 
 
 
@@ -87,7 +87,7 @@ def test_pretraining_dir_fills_masks(tmp_path, mlm_dir):
     tok, mlm = load_masked_lm(mlm_dir)
     pre = bertkit.BertForPreTraining(mlm.config)
     pre.mlm.load_state_dict(mlm.mlm.state_dict())
-    pre.bert.load_state_dict(mlm.bert.state_dict(), strict=False)
+    pre.encoder.load_state_dict(mlm.encoder.state_dict(), strict=False)
     pre.save_pretrained(tmp_path, tokenizer=tok)
     _, model = load_masked_lm(tmp_path)
     assert "cls.seq_relationship.weight" in model.load_report["skipped"] and not model.load_report["initialized"]

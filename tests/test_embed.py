@@ -122,7 +122,7 @@ def test_load_encoder_reads_encoder_of_a_head_checkpoint(tmp_path):
     classifier.save_pretrained(tmp_path, tokenizer=Tokenizer(vocab))
     encoder, tokenizer = load_encoder(tmp_path)
     assert tokenizer.vocab == vocab
-    mine, theirs = encoder.state_dict(), classifier.bert.state_dict()
+    mine, theirs = encoder.state_dict(), classifier.encoder.state_dict()
     assert mine.keys() == theirs.keys()
     for name in mine:
         assert torch.equal(mine[name], theirs[name]), name

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
 from bertkit.model import attention_mask_for_sdpa
-from bertkit.unpad import forward_unpadded, set_unpadding
+from bertkit.model import set_unpadding
 
 B, T = 13, 7
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -68,7 +68,7 @@ def test_sparse_mlm_logits_equal_dense_loss_and_grads():
     dense_loss.backward()
     for (name, p), q in zip(sparse.named_parameters(), dense.parameters()):
         if p.grad is None:  # pooler and NSP: no next-sentence label, no gradient in either
-            assert q.grad is None and name.startswith(("nsp.", "bert.pooler."))
+            assert q.grad is None and name.startswith(("nsp.", "encoder.pooler."))
             continue
         assert torch.allclose(p.grad, q.grad, atol=1e-6), f"{name}: {report(p.grad, q.grad)}"
 
@@ -123,6 +123,15 @@ def test_all_ones_mask_and_no_mask_give_the_same_encoder_output():
 
 # ---- unpadding ----
 
+def forward_unpadded(model, ids, mask, segments, output_hidden_states=False):
+    """`model`'s unpadded path (unpad=True) on the same weights; the flag is restored after."""
+    model.unpad = True
+    try:
+        return model(ids, mask, segments, output_hidden_states=output_hidden_states)
+    finally:
+        model.unpad = False
+
+
 @pytest.mark.parametrize("attention", ["bidirectional", "causal"])
 def test_unpadded_encoder_equals_padded_at_real_tokens(attention):
     torch.manual_seed(4)
@@ -141,7 +150,7 @@ def test_unpad_flag_on_heads_gives_same_logits_and_grads():
     torch.manual_seed(5)
     plain = BertForSequenceClassification(tiny(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     fast = set_unpadding(copy.deepcopy(plain))
-    assert fast.bert.unpad and not plain.bert.unpad
+    assert fast.encoder.unpad and not plain.encoder.unpad
     ids, mask, segments = ragged_batch()
     labels = torch.arange(B) % 2
     a, b = plain(ids, mask, segments, labels=labels), fast(ids, mask, segments, labels=labels)
@@ -154,7 +163,7 @@ def test_unpad_flag_on_heads_gives_same_logits_and_grads():
 
 @CUDA
 def test_unpadded_encoder_on_cuda_fp32_and_bf16_varlen_kernel():
-    from bertkit.unpad import _varlen_kernel
+    from bertkit.model import _varlen_kernel
 
     torch.manual_seed(9)
     model = BertModel(tiny()).cuda().eval()
@@ -181,7 +190,7 @@ def test_compiled_blocks_train_like_eager_as_the_labelled_count_changes():
     autograd, the parts that break on data-dependent shapes, without a C++ compiler."""
     import copy
 
-    from bertkit.model import compile_blocks
+    from bertkit.train.compile import compile_blocks
 
     torch.manual_seed(6)
     eager = BertForPreTraining(tiny()).eval()  # dropout off: both must compute the same thing
@@ -247,12 +256,12 @@ def test_padded_vocabulary_is_internal_only(tmp_path):
 
     torch.manual_seed(7)
     model = BertForPreTraining(tiny()).eval()
-    assert model.bert.embeddings.word.weight.shape[0] == 128 and model.config.vocab_size == 99
+    assert model.encoder.embeddings.word.weight.shape[0] == 128 and model.config.vocab_size == 99
     ids, mask, segments = ragged_batch()
     before = model(ids, mask, segments).logits
     assert before.shape == (B, T, 99)
     with torch.no_grad():  # rows past vocab_size are never looked up nor returned
-        model.bert.embeddings.word.weight[99:].normal_()
+        model.encoder.embeddings.word.weight[99:].normal_()
         model.mlm.bias[99:].normal_()
     assert torch.equal(model(ids, mask, segments).logits, before)
     model.save_pretrained(tmp_path)
@@ -292,7 +301,7 @@ def test_int8_quantization_replaces_linears_and_stays_close():
     model = BertForSequenceClassification(tiny()).eval()
     q = quantize_int8(model)
     assert is_quantized(q) and not is_quantized(model)
-    assert type(q.bert.layers[0].qkv).__name__ == "Linear" and "quantized" in type(q.bert.layers[0].qkv).__module__
+    assert type(q.encoder.layers[0].qkv).__name__ == "Linear" and "quantized" in type(q.encoder.layers[0].qkv).__module__
     ids, mask, segments = ragged_batch()
     with torch.no_grad():
         a, b = model(ids, mask, segments).logits, q(ids, mask, segments).logits
@@ -303,7 +312,7 @@ def test_int8_quantization_replaces_linears_and_stays_close():
 # ---- the benchmark's accounting and command ----
 
 def test_step_flops_counts_dense_attention_and_labelled_head():
-    from bertkit.bench.flops import encoder_matrix_params, step_flops
+    from bertkit.flops import encoder_matrix_params, step_flops
 
     c = tiny()
     per_layer = 4 * 32 * 32 + 2 * 32 * 37
@@ -315,7 +324,7 @@ def test_step_flops_counts_dense_attention_and_labelled_head():
 
 
 def test_stored_length_histograms_reproduce_the_dev_sets():
-    from bertkit.bench.lengths import STORED, WIDTHS, from_histogram
+    from bertkit.benchmark.lengths import STORED, WIDTHS, from_histogram
 
     means = {"sst2": 25.2, "mrpc": 53.2, "squad": 174.6}
     for task, hist in STORED.items():
@@ -326,7 +335,7 @@ def test_stored_length_histograms_reproduce_the_dev_sets():
 
 
 def test_bench_cli_rejects_an_unknown_case_in_one_line():
-    from bertkit.bench import CASES
+    from bertkit.benchmark import CASES
 
     assert {"infer-varlen-squad", "pretrain-mini-s128-b32", "infer-base-s128-int8"} <= set(CASES)
     run = [sys.executable, "-m", "bertkit.cli", "bench", "--device", "cpu", "--cases", "infer-base-s128,nope"]

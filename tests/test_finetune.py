@@ -8,7 +8,6 @@ load strictly and run to the same logits. Zero-shot STS-B uses the real MiniLM c
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -17,96 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForPreTraining, Tokenizer
-from bertkit.cli import main as cli
-
 from conftest import shared_path
-
-GOOD = ["good", "great", "fine", "lovely", "superb", "nice"]
-BAD = ["bad", "awful", "poor", "dull", "boring", "weak"]
-NOUNS = ["movie", "film", "plot", "cast", "story", "show", "city", "river", "team", "paris", "berlin", "john", "mary"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-FILLER = ["the", "a", "was", "is", "very", "really", "in", "and", "of", "to", "what", "who", "where"]
-
-
-def _vocab() -> list[str]:
-    chars = list("abcdefghijklmnopqrstuvwxyz0123456789.,'?!-")
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *GOOD, *BAD, *NOUNS, *FILLER, *chars,
-              *(f"##{c}" for c in chars)]
-    return list(dict.fromkeys(tokens))
-
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    """A random 2-layer BERT (hidden 32, intermediate 37) with MLM+NSP heads and its vocabulary."""
-    d = tmp_path_factory.mktemp("tiny")
-    (d / "vocab.txt").write_text("".join(t + "\n" for t in _vocab()), encoding="utf-8")
-    tok = Tokenizer.from_pretrained(d)
-    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=37, max_position_embeddings=128)
-    torch.manual_seed(0)
-    BertForPreTraining(config).save_pretrained(d, tokenizer=tok)
-    return d
-
-
-def _sentence(rng: random.Random, positive: bool) -> str:
-    adjective = rng.choice(GOOD if positive else BAD)
-    return f"the {rng.choice(NOUNS)} was {rng.choice(['very', 'really', 'a'])} {adjective} ."
-
-
-def write_sst2(path: Path, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    rows = [(s, int(p)) for p in (True, False) * (n // 2) for s in [_sentence(rng, p)]]
-    path.write_text("sentence\tlabel\n" + "".join(f"{s} \t{y}\n" for s, y in rows), encoding="utf-8")
-
-
-def write_stsb(path: Path, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-    rows = []
-    for i in range(n):
-        a = _sentence(rng, i % 2 == 0)
-        b = a if i % 3 == 0 else _sentence(rng, i % 4 < 2)
-        rows.append(f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}\t{rng.uniform(0, 5):.3f}\n")
-    path.write_text(header + "".join(rows), encoding="utf-8")
-
-
-def write_mrpc(path: Path, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        a = _sentence(rng, True)
-        b, y = (a, 1) if i % 2 else (_sentence(rng, False), 0)
-        rows.append(f"{y}\t{1000 + i}\t{2000 + i}\t{a}\t{b}\n")
-    path.write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(rows), encoding="utf-8")
-
-
-def run_cli(*args: str) -> int:
-    return cli([str(a) for a in args])
-
-
-def finetune(tiny_dir: Path, out: Path, task: str, train: Path, dev: Path, *extra) -> dict:
-    code = run_cli("finetune", "--model", tiny_dir, "--task", task, "--train", train, "--dev", dev, "--out", out,
-                   "--epochs", "1", "--batch-size", "8", "--seeds", "1", "--no-progress", *extra)
-    assert code == 0
-    return json.loads((out / "results.json").read_text())
-
-
-def evaluate(capsys, model: Path, task: str, data: Path, *extra) -> dict:
-    capsys.readouterr()
-    assert run_cli("evaluate", "--model", model, "--task", task, "--data", data, *extra) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def assert_same_metrics(results: dict, evaluated: dict) -> None:
-    saved = next(r for r in results["seeds"] if r["seed"] == results["saved_seed"])["dev"]
-    for key, value in saved.items():
-        if isinstance(value, float):
-            assert evaluated[key] == pytest.approx(value, abs=1e-6), key
-        else:
-            assert evaluated[key] == value, key
-
+from finetune_helpers import (ENV, assert_same_metrics, evaluate, finetune, run_cli, write_conll, write_mrpc,
+                              sentence, write_squad, write_sst2, write_stsb)
 
 def test_sst2_through_subprocess_then_evaluate_and_transformers(tiny_dir, tmp_path):
     write_sst2(tmp_path / "train.tsv", 26, 0)
@@ -198,7 +110,7 @@ def test_stsb_regression_and_mrpc(tiny_dir, tmp_path, capsys):
 def test_classify_jsonl_bf16_labels_saved_and_evaluate_reproduces(tiny_dir, tmp_path, capsys):
     rng = random.Random(0)
     for name, n in (("train", 26), ("dev", 13)):
-        rows = [{"review": _sentence(rng, i % 2 == 0), "stars": "pos" if i % 2 == 0 else "neg"} for i in range(n)]
+        rows = [{"review": sentence(rng, i % 2 == 0), "stars": "pos" if i % 2 == 0 else "neg"} for i in range(n)]
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
     results = finetune(tiny_dir, out, "classify", tmp_path / "train.jsonl", tmp_path / "dev.jsonl",
@@ -210,7 +122,7 @@ def test_classify_jsonl_bf16_labels_saved_and_evaluate_reproduces(tiny_dir, tmp_
 
 
 def test_epoch_batches_cover_each_example_once_and_group_by_length():
-    from bertkit.train.finetune import epoch_batches
+    from bertkit.finetune.loop import epoch_batches
 
     rng = random.Random(0)
     lengths = [rng.randrange(5, 120) for _ in range(1000)]
@@ -235,19 +147,9 @@ def test_tiny_model_overfits_small_classification_set(tiny_dir, tmp_path):
     assert losses[-1] < 0.1 < losses[0]
 
 
-def _conll(path: Path, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    blocks = ["-DOCSTART- -X- -X- O\n"]
-    for _ in range(n):
-        who, where = rng.choice(["john", "mary"]), rng.choice(["paris", "berlin"])
-        words = [(who, "B-PER"), ("was", "O"), ("in", "O"), (where, "B-LOC"), ("river", "I-LOC"), (".", "O")]
-        blocks.append("".join(f"{w} NN O {t}\n" for w, t in words))
-    path.write_text("\n".join(blocks), encoding="utf-8")
-
-
 def test_ner_fine_tuned_and_feature_based(tiny_dir, tmp_path, capsys):
-    _conll(tmp_path / "train.txt", 26, 0)
-    _conll(tmp_path / "dev.txt", 13, 1)
+    write_conll(tmp_path / "train.txt", 26, 0)
+    write_conll(tmp_path / "dev.txt", 13, 1)
     for mode, extra in (("ft", ()), ("fb", ("--feature-based", "--layers=-3,-2,-1"))):
         out = tmp_path / mode
         results = finetune(tiny_dir, out, "ner", tmp_path / "train.txt", tmp_path / "dev.txt", "--epochs", "2",
@@ -267,28 +169,8 @@ def test_ner_fine_tuned_and_feature_based(tiny_dir, tmp_path, capsys):
     assert not any(info.values()), info
 
 
-def _squad(path: Path, articles: int, seed: int) -> None:
-    rng = random.Random(seed)
-    data = []
-    for a in range(articles):
-        paragraphs = []
-        for _ in range(2):
-            # ~60 words: longer than the 48-token windows, so answers fall in different windows.
-            words = [rng.choice(NOUNS + FILLER) for _ in range(60)]
-            context = " ".join(words) + " ."
-            qas = []
-            for q in range(3):
-                i = rng.randrange(len(words))
-                start = len(" ".join(words[:i])) + (1 if i else 0)
-                qas.append({"id": f"a{a}-{len(paragraphs)}-{q}", "question": f"what is the {words[i]} ?",
-                            "answers": [{"text": words[i], "answer_start": start}]})
-            paragraphs.append({"context": context, "qas": qas})
-        data.append({"title": f"article {a}", "paragraphs": paragraphs})
-    path.write_text(json.dumps({"version": "1.1", "data": data}))
-
-
 def test_squad_split_articles_long_contexts(tiny_dir, tmp_path, capsys):
-    _squad(tmp_path / "squad.json", 4, 0)
+    write_squad(tmp_path / "squad.json", 4, 0)
     out = tmp_path / "out"
     code = run_cli("finetune", "--model", tiny_dir, "--task", "squad", "--train", tmp_path / "squad.json",
                    "--split-articles", "3", "--out", out, "--epochs", "1", "--batch-size", "8", "--seeds", "1",
@@ -343,3 +225,18 @@ def test_bad_inputs_exit_2_with_one_line(tiny_dir, tmp_path, capsys, case):
     else:
         assert "nope.tsv" in err or "no-model" in err, err
     assert not (tmp_path / "out" / "model").exists()
+
+
+def test_ner_predictions_match_the_gold_tags_once_learned(tiny_dir, tmp_path):
+    """Both NER modes learn the toy entities: predictions.conll carries the gold tags and the
+    F1 is perfect, so a `predict` that drops or shifts tags fails here."""
+    write_conll(tmp_path / "train.txt", 40, 0)
+    write_conll(tmp_path / "dev.txt", 13, 1)
+    for mode, extra in (("ft", ("--lr", "3e-3")), ("fb", ("--feature-based", "--layers=-3,-2,-1", "--lr", "1e-2"))):
+        out = tmp_path / mode
+        results = finetune(tiny_dir, out, "ner", tmp_path / "train.txt", tmp_path / "dev.txt", "--epochs", "6",
+                           "--warmup", "0", *extra)
+        rows = [ln.split() for ln in (out / "predictions.conll").read_text().splitlines() if ln]
+        wrong = [r for r in rows if r[1] != r[2]]
+        assert not wrong, f"{mode}: {len(wrong)} of {len(rows)} tokens mis-tagged, e.g. {wrong[:3]}"
+        assert results["seeds"][0]["dev"]["f1"] == 100.0, (mode, results["seeds"][0]["dev"])

@@ -151,7 +151,7 @@ def test_pytorch_model_bin_loads(saved_dir):
     (path / "model.safetensors").unlink()
     torch.save(state, path / "pytorch_model.bin")
     model = bertkit.BertForSequenceClassification.from_pretrained(path)
-    assert torch.equal(model.classifier.weight, state["classifier.weight"])
+    assert torch.equal(model.output.weight, state["classifier.weight"])
 
 
 class Payload:
@@ -176,18 +176,21 @@ def test_pretraining_checkpoint_into_classifier(tmp_path):
     assert report["initialized"] == ["classifier.weight", "classifier.bias"]
     assert report["skipped"] and all(k.startswith("cls.") for k in report["skipped"])
     assert {"cls.seq_relationship.weight", "cls.predictions.bias"} <= set(report["skipped"])
-    assert torch.equal(clf.bert.pooler.weight, pre.bert.pooler.weight)
-    assert torch.equal(clf.bert.layers[1].qkv.weight, pre.bert.layers[1].qkv.weight)
-    assert clf.classifier.bias.abs().sum() == 0 and clf.classifier.weight.std() < 0.05  # BERT's init
+    assert torch.equal(clf.encoder.pooler.weight, pre.encoder.pooler.weight)
+    assert torch.equal(clf.encoder.layers[1].qkv.weight, pre.encoder.layers[1].qkv.weight)
+    assert clf.output.bias.abs().sum() == 0 and clf.output.weight.std() < 0.05  # BERT's init
 
 
 def test_encoder_checkpoint_into_masked_lm(minilm_dir):
     model = bertkit.BertForMaskedLM.from_pretrained(minilm_dir)
     report = model.load_report
-    assert set(report["initialized"]) == {"mlm.dense.weight", "mlm.dense.bias", "mlm.norm.weight",
-                                          "mlm.norm.bias", "mlm.bias"}
+    # the report names the checkpoint's keys, in HF's names
+    assert set(report["initialized"]) == {"cls.predictions.transform.dense.weight",
+                                          "cls.predictions.transform.dense.bias",
+                                          "cls.predictions.transform.LayerNorm.weight",
+                                          "cls.predictions.transform.LayerNorm.bias", "cls.predictions.bias"}
     assert set(report["skipped"]) == {"bert.pooler.dense.weight", "bert.pooler.dense.bias"}
-    assert model.mlm.word_embeddings.weight is model.bert.embeddings.word.weight
+    assert model.mlm.word_embeddings.weight is model.encoder.embeddings.word.weight
 
 
 def count_without_padding(model: torch.nn.Module) -> int:

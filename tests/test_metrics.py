@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from bertkit.data.tasks import GLUE
+from bertkit.data.glue import GLUE
 from bertkit.eval import conlleval, metrics, squad
 
 # 8 binary predictions: TP = 3 (0, 4, 6), FP = 2 (1, 7), TN = 2 (2, 3), FN = 1 (5)

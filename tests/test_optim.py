@@ -43,8 +43,8 @@ def test_no_weight_decay_on_biases_and_layernorm():
     plain = {names[id(p)] for p in no_decay["params"]}
     assert all(n.endswith("weight") and "norm" not in n for n in decayed)
     assert all(n.endswith("bias") or "norm" in n for n in plain)
-    assert "bert.embeddings.word.weight" in decayed and "bert.layers.0.qkv.weight" in decayed
-    assert "bert.embeddings.norm.weight" in plain and "mlm.bias" in plain and "nsp.bias" in plain
+    assert "encoder.embeddings.word.weight" in decayed and "encoder.layers.0.qkv.weight" in decayed
+    assert "encoder.embeddings.norm.weight" in plain and "mlm.bias" in plain and "nsp.bias" in plain
     # every parameter exactly once (the tied decoder is the word embedding, not a second copy)
     assert len(decayed) + len(plain) == len(list(model.parameters()))
     assert not decayed & plain

@@ -102,7 +102,7 @@ def compare_grads(ours: torch.nn.Module, ref: torch.nn.Module) -> None:
     vocab = ours.config.vocab_size
     covered: set[str] = set()
     for name, p in ours.named_parameters():
-        keys, _ = hf_names(name)
+        keys, _ = hf_names(ours, name)
         ref_grads = [ref_params[k].grad for k in keys]
         assert all(g is not None for g in ref_grads), f"transformers has no gradient for {keys}"
         ref_grad = torch.cat(ref_grads, dim=0)  # fused q|k|v == HF's three concatenated
@@ -165,7 +165,7 @@ def test_causal_attention(tmp_path):
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "no-mask"])
 def test_pretraining(tmp_path, padded):
     ours, ref = load_pair(tmp_path, "BertForPreTraining")
-    assert ours.mlm.word_embeddings.weight is ours.bert.embeddings.word.weight, "MLM decoder is not tied"
+    assert ours.mlm.word_embeddings.weight is ours.encoder.embeddings.word.weight, "MLM decoder is not tied"
     batch = make_batch(6, padded)
     labels = token_labels(batch, V, seed=7)
     nsp = torch.randint(0, 2, (B,), generator=torch.Generator().manual_seed(8))
@@ -186,7 +186,7 @@ def test_pretraining(tmp_path, padded):
 
 def test_masked_lm(tmp_path):
     ours, ref = load_pair(tmp_path, "BertForMaskedLM", seed=1)
-    assert ours.mlm.word_embeddings.weight is ours.bert.embeddings.word.weight, "MLM decoder is not tied"
+    assert ours.mlm.word_embeddings.weight is ours.encoder.embeddings.word.weight, "MLM decoder is not tied"
     for padded in (True, False):
         batch = make_batch(9, padded)
         labels = token_labels(batch, V, seed=10)
@@ -260,7 +260,7 @@ def test_silent_details_are_pinned(tmp_path):
     ours, ref = load_pair(tmp_path, "BertForPreTraining", seed=5)
     norms = [m for m in ours.modules() if isinstance(m, torch.nn.LayerNorm)]
     assert len(norms) == 2 * 2 + 2 and all(m.eps == 1e-12 for m in norms)
-    assert ours.mlm.word_embeddings.weight is ours.bert.embeddings.word.weight
+    assert ours.mlm.word_embeddings.weight is ours.encoder.embeddings.word.weight
     # The decoder's bias is its own parameter, loaded from transformers' (nonzero) cls.predictions.bias.
     assert_close(ours.mlm.bias[:V], ref.cls.predictions.bias, "MLM bias", tol=0)
     assert ours.mlm.bias.abs().sum() > 0

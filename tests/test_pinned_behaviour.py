@@ -17,7 +17,7 @@ import pytest
 
 from bertkit.cli import main as cli
 from pretrain_helpers import tiny_args
-from test_finetune import _conll, tiny_dir, write_sst2  # noqa: F401  (tiny_dir is a fixture)
+from finetune_helpers import write_conll, write_sst2
 
 EXPECTED = Path(__file__).parent / "expected"
 WRITE = os.environ.get("BERTKIT_WRITE_EXPECTED") == "1"
@@ -71,8 +71,8 @@ def test_glue_fine_tune_gives_the_stored_metrics(tiny_dir, tmp_path):
 
 
 def test_ner_fine_tune_gives_the_stored_metrics(tiny_dir, tmp_path):
-    _conll(tmp_path / "train.txt", 40, 0)
-    _conll(tmp_path / "dev.txt", 13, 1)
+    write_conll(tmp_path / "train.txt", 40, 0)
+    write_conll(tmp_path / "dev.txt", 13, 1)
     got = _finetune(tiny_dir, tmp_path / "out", "ner", tmp_path / "train.txt", tmp_path / "dev.txt",
                     "--epochs", "6", "--lr", "3e-3")
     _check("ner_tiny_seed1", got)

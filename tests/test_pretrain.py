@@ -12,8 +12,8 @@ import torch
 from bertkit import BertConfig, BertForMaskedLM
 from bertkit.cli import main
 from bertkit.data import Masker, MaskingConfig
-from bertkit.train.loop import DataStream
-from bertkit.train.objective import Objective, next_token_labels
+from bertkit.pretrain.loop import DataStream
+from bertkit.pretrain.objective import Objective, next_token_labels
 from pretrain_helpers import tiny_args
 
 

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from bertkit.data.squad import SquadExample, make_features, postprocess, read_squad, split_articles
+from bertkit.data.squad import SquadExample, make_features, read_squad, split_articles
+from bertkit.eval.squad import decode_answers as postprocess
 from bertkit.errors import UserError
 from bertkit.tokenizer import Tokenizer
 
@@ -41,16 +42,15 @@ def test_windows_and_answer_positions(tokenizer):
     # tokens 14..17: cut by the first window's end, whole in the second, absent from the others
     ex = _example("q", "w14 w15 w16 w17")
     f = make_features([ex], tokenizer, max_seq_len=MAX_SEQ_LEN, doc_stride=STRIDE)
-    assert len(f) == 4 and f.input_ids.shape == (4, MAX_SEQ_LEN)
+    assert len(f) == 4 and f.lengths == [MAX_SEQ_LEN] * 4  # windows stay unpadded
     assert f.example_index.tolist() == [0, 0, 0, 0]
     assert f.start_positions.tolist() == [0, PREFIX + 14 - 8, 0, 0]
     assert f.end_positions.tolist() == [0, PREFIX + 17 - 8, 0, 0]
     second = tokenizer.convert_ids_to_tokens(f.input_ids[1])
     assert second[:PREFIX] == ["[CLS]", "what", "is", "w5", "?", "[SEP]"]
     assert second[PREFIX] == "w8" and second[PREFIX + 15] == "w23" and second[PREFIX + 16] == "[SEP]"
-    assert f.token_type_ids[1].tolist() == [0] * PREFIX + [1] * 17
-    last = f.attention_mask[3].tolist()  # the last window holds 16 tokens (24..39): no padding
-    assert sum(last) == MAX_SEQ_LEN
+    assert f.token_type_ids[1] == [0] * PREFIX + [1] * 17
+    assert len(f.input_ids[3]) == MAX_SEQ_LEN  # the last window holds 16 tokens (24..39)
     assert f.offsets[1][:PREFIX] == [None] * PREFIX and f.offsets[1][-1] is None
     assert CONTEXT[slice(*f.offsets[1][PREFIX])] == "w8"
 
@@ -58,7 +58,7 @@ def test_windows_and_answer_positions(tokenizer):
 def test_question_truncated_to_max_query_len(tokenizer):
     ex = SquadExample("q", "t", CONTEXT, "what is " * 40, [("w3", CONTEXT.index("w3"))])
     f = make_features([ex], tokenizer, max_seq_len=100, doc_stride=50, max_query_len=64)
-    assert f.token_type_ids[0].tolist().index(1) == 64 + 2
+    assert f.token_type_ids[0].index(1) == 64 + 2
     with pytest.raises(UserError, match="leaves no room for context"):
         make_features([ex], tokenizer, max_seq_len=60, doc_stride=50, max_query_len=64)
 
@@ -66,8 +66,8 @@ def test_question_truncated_to_max_query_len(tokenizer):
 def test_postprocess_recovers_original_text_across_windows(tokenizer):
     examples = [_example("accent", "Café  w26"), _example("plain", "w14 w15 w16 w17")]
     f = make_features(examples, tokenizer, max_seq_len=MAX_SEQ_LEN, doc_stride=STRIDE)
-    starts = np.zeros(f.input_ids.shape)
-    ends = np.zeros(f.input_ids.shape)
+    starts = np.zeros((len(f), MAX_SEQ_LEN))
+    ends = np.zeros((len(f), MAX_SEQ_LEN))
     for i in range(len(f)):
         if f.start_positions[i]:  # oracle logits on the labelled windows
             starts[i, f.start_positions[i]] = 5.0
@@ -87,7 +87,7 @@ def test_answer_window_uses_max_context(tokenizer):
     ex = _example("q", "Café")
     f = make_features([ex], tokenizer, max_seq_len=MAX_SEQ_LEN, doc_stride=STRIDE)
     assert f.max_context[2][PREFIX + 25 - 16] and not f.max_context[3][PREFIX + 25 - 24]
-    starts, ends = np.zeros(f.input_ids.shape), np.zeros(f.input_ids.shape)
+    starts, ends = np.zeros((len(f), MAX_SEQ_LEN)), np.zeros((len(f), MAX_SEQ_LEN))
     starts[3, PREFIX + 1], ends[3, PREFIX + 1] = 9.0, 9.0  # the same token seen from window 24
     starts[2, PREFIX + 9], ends[2, PREFIX + 9] = 1.0, 1.0
     assert postprocess([ex], f, starts, ends) == {"q": "Café"}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bertkit.cli import main as cli
-from bertkit.data.tasks import (GLUE, glue_task, label_list, read_glue, read_predictions, read_table,
+from bertkit.data.glue import (GLUE, glue_task, label_list, read_glue, read_predictions, read_table,
                                 write_predictions)
 from bertkit.errors import UserError
 

@@ -1,19 +1,25 @@
 """`BertConfig`: the model's shape, with Hugging Face's field names so `config.json` is shared.
 
-Fields we add beyond HF's are `attention` (the paper's left-to-right ablation; written to
-config.json also as HF's `is_decoder` so transformers builds the same causal model).
+The one field we add beyond HF's is `attention` (the paper's left-to-right ablation); reading
+and writing config.json, with its translation to HF's `is_decoder`, is `bertkit.hf`'s job.
+Every field is checked on construction: the first wrong one is named with its type or range.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bertkit.errors import UserError
 
+IGNORE_INDEX = -100  # the label that every loss skips (transformers' and PyTorch's convention)
+
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+# integer fields and their smallest allowed value
+_INT_FIELDS = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1,
+               "intermediate_size": 1, "max_position_embeddings": 2, "type_vocab_size": 1}
+_PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+_POSITIVE_FLOATS = ("initializer_range", "layer_norm_eps")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class BertConfig:
     problem_type: str | None = None  # HF's: "regression", "single_label_classification", ...
 
     def __post_init__(self):
+        self._check_fields()
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must be a multiple of num_attention_heads "
@@ -47,9 +54,37 @@ class BertConfig:
         if self.attention not in ("bidirectional", "causal"):
             raise ValueError(f"attention must be 'bidirectional' or 'causal', not {self.attention!r}")
 
+    def _check_fields(self) -> None:
+        """Types and ranges, field by field: a ValueError naming the first wrong one."""
+        for name, low in _INT_FIELDS.items():
+            value = getattr(self, name)
+            if not _is_int(value) or value < low:
+                raise ValueError(f"{name} must be an integer of at least {low}, not {value!r}")
+        for name in _PROBABILITIES:
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 <= value < 1:
+                raise ValueError(f"{name} must be a number in [0, 1), not {value!r}")
+        for name in _POSITIVE_FLOATS:
+            value = getattr(self, name)
+            if not _is_number(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, not {value!r}")
+        if self.classifier_dropout is not None and (not _is_number(self.classifier_dropout)
+                                                    or not 0 <= self.classifier_dropout < 1):
+            raise ValueError(f"classifier_dropout must be null or a number in [0, 1), not {self.classifier_dropout!r}")
+        if self.pad_token_id is not None and (not _is_int(self.pad_token_id)
+                                              or not 0 <= self.pad_token_id < self.vocab_size):
+            raise ValueError(f"pad_token_id must be an id below vocab_size {self.vocab_size}, not {self.pad_token_id!r}")
+        if not isinstance(self.hidden_act, str):
+            raise ValueError(f"hidden_act must be a string, not {self.hidden_act!r}")
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def head_dropout(self) -> float:
+        """Dropout before a task head's output layer: classifier_dropout, else hidden_dropout_prob."""
+        return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
 
     @property
     def num_labels(self) -> int:
@@ -67,59 +102,19 @@ class BertConfig:
     def with_labels(self, labels) -> "BertConfig":
         return self.replace(id2label={i: str(name) for i, name in enumerate(labels)})
 
-    # ---- JSON in Hugging Face's layout ----
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["model_type"] = "bert"
-        d["position_embedding_type"] = "absolute"
-        d["is_decoder"] = self.attention == "causal"
-        if self.id2label is not None:
-            d["id2label"] = {str(i): name for i, name in self.id2label.items()}
-            d["label2id"] = {name: i for i, name in self.id2label.items()}
-        else:
-            del d["id2label"]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "BertConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in names}
-        if "attention" not in d and d.get("is_decoder"):
-            kwargs["attention"] = "causal"
-        if d.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"position_embedding_type {d['position_embedding_type']!r} unsupported")
-        if kwargs.get("id2label") is not None:
-            kwargs["id2label"] = {int(i): n for i, n in kwargs["id2label"].items()}
-        elif "num_labels" in d:
-            kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(d["num_labels"]))}
-        return cls(**kwargs)
-
-    def save(self, path: str | Path) -> None:
-        from bertkit.io import write_json
-
-        write_json(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path) -> "BertConfig":
-        path = Path(path)
-        if not path.exists():
-            raise UserError("no such model directory", path)
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.exists():
-            raise UserError("no config.json: not a model directory", path.parent)
-        try:
-            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"not valid JSON ({e})", path) from None
-        except (TypeError, ValueError) as e:
-            raise UserError(f"bad model config: {e}", path) from None
-
     @classmethod
     def preset(cls, name: str, **overrides) -> "BertConfig":
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _preset(layers: int, hidden: int) -> BertConfig:

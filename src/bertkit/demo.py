@@ -108,17 +108,6 @@ def split_articles(articles, test_fraction: float, seed: int):
     return train, test
 
 
-def _cli(*argv) -> None:
-    """Run one `bertkit` command in-process; a failure stops the demo with its status."""
-    from bertkit.cli import main
-
-    argv = [str(a) for a in argv]
-    print(f"\n$ bertkit {' '.join(argv)}", flush=True)
-    status = main(argv)
-    if status != 0:
-        raise UserError(f"stage `bertkit {argv[0]}` failed (status {status}); see the message above")
-
-
 def write_corpus(run: Path, train, test) -> tuple[Path, Path, Path]:
     """Pretraining text (training articles only: held-out articles stay unseen) and the
     classification files (JSONL, one article per line)."""
@@ -178,23 +167,59 @@ def contextual_vectors(model_dir: Path, out_png: Path) -> dict:
 
 
 def _plot_similarity(sim, labels, path: Path) -> None:
-    import matplotlib
+    from bertkit.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 7))
+    fig, ax = pyplot().subplots(figsize=(9, 7))
     im = ax.imshow(sim, vmin=min(0.0, float(sim.min())), vmax=1.0, cmap="viridis")
     ax.set_xticks(range(len(labels)), [str(i) for i in range(len(labels))])
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.set_title(f"cosine similarity of '{WORD}' in context (sum of last 4 layers)")
     fig.colorbar(im)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path, dpi=110)
+
+
+class _Stages:
+    """The demo's library calls, one per `bertkit` command a user would type."""
+
+    def __init__(self, run: Path, plan: DemoPlan):
+        self.run, self.plan = run, plan
+
+    def vocabulary(self, corpus: Path) -> None:
+        from bertkit.io import expand_inputs
+        from bertkit.tokenizer import Tokenizer
+
+        print(f"\nlearning a {self.plan.vocab_size:,}-entry WordPiece vocabulary", flush=True)
+        Tokenizer.train(expand_inputs([corpus]), vocab_size=self.plan.vocab_size).save_pretrained(self.run / "vocab")
+
+    def prepare(self, corpus: Path) -> None:
+        from bertkit.data.prepare import PrepareOptions, prepare_corpus
+
+        print("\npreparing MLM + NSP instances", flush=True)
+        options = PrepareOptions(max_seq_len=self.plan.max_seq_len, format="nsp", val_fraction=0.02, seed=self.plan.seed)
+        prepare_corpus([corpus], self.run / "vocab", self.run / "data", options)
+
+    def pretrain(self) -> None:
+        from bertkit.pretrain import TrainConfig, pretrain
+
+        p = self.plan
+        print(f"\npretraining the {p.preset} preset for {p.pretrain_minutes:.1f} minutes", flush=True)
+        cfg = TrainConfig(data=str(self.run / "data"), out=str(self.run / "pretrain"), preset=p.preset,
+                          minutes=p.pretrain_minutes, batch_size=32, lr=p.pretrain_lr, warmup=0.05, seed=p.seed,
+                          eval_every=200)
+        if pretrain(cfg) != 0:
+            raise UserError("pretraining stopped before its budget; see the message above")
+
+    def finetune(self, model_dir: Path, train_file: Path, test_file: Path) -> None:
+        from bertkit.finetune.loop import Hyper
+        from bertkit.finetune.run import FinetuneJob, run_job
+
+        p = self.plan
+        print("\nfine-tuning topic classification", flush=True)
+        job = FinetuneJob(model=str(model_dir), task="classify", train=str(train_file), dev=str(test_file),
+                          out=str(self.run / "classify" / "run"), max_seq_len=p.max_seq_len,
+                          text_columns=["text"], label_column="topic",
+                          hyper=Hyper(epochs=p.finetune_epochs, lr=p.finetune_lr, batch_size=32, seeds=(1,)))
+        run_job(job, log=lambda line: print(line, flush=True))
 
 
 def run_demo(run: Path, plan: DemoPlan) -> dict:
@@ -213,23 +238,18 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     corpus, train_file, test_file = write_corpus(run, train, test)
     stage("corpus")
 
-    _cli("tokenizer", "train", "--input", corpus, "--vocab-size", plan.vocab_size, "--out", run / "vocab")
+    stages = _Stages(run, plan)
+    stages.vocabulary(corpus)
     stage("vocabulary")
-    _cli("prepare", "--input", corpus, "--tokenizer", run / "vocab", "--max-seq-len", plan.max_seq_len,
-         "--format", "nsp", "--out", run / "data", "--val-fraction", 0.02, "--seed", plan.seed)
+    stages.prepare(corpus)
     stage("prepare")
-    _cli("pretrain", "--data", run / "data", "--preset", plan.preset, "--out", run / "pretrain",
-         "--minutes", plan.pretrain_minutes, "--batch-size", 32, "--lr", plan.pretrain_lr, "--warmup", 0.05,
-         "--seed", plan.seed, "--eval-every", 200)
+    stages.pretrain()
     stage("pretrain")
     model_dir = run / "pretrain" / "model"
 
     fills = fill_mask_examples(model_dir)
     stage("fill-mask")
-    _cli("finetune", "--model", model_dir, "--task", "classify", "--train", train_file, "--dev", test_file,
-         "--text-columns", "text", "--label-column", "topic", "--out", run / "classify" / "run",
-         "--epochs", plan.finetune_epochs, "--lr", plan.finetune_lr, "--batch-size", 32, "--max-seq-len", plan.max_seq_len,
-         "--seeds", 1)
+    stages.finetune(model_dir, train_file, test_file)
     stage("fine-tune")
     results = json.loads((run / "classify" / "run" / "results.json").read_text())
     context = contextual_vectors(model_dir, run / "contextual.png")
@@ -250,13 +270,13 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
 
 
 def fill_mask_examples(model_dir: Path, top_k: int = 5) -> list[dict]:
-    from bertkit.cli.fill_mask import load_masked_lm, predict
+    from bertkit.fill_mask import fill_mask, load_masked_lm
 
     tokenizer, model = load_masked_lm(model_dir)
     print("\nfill-mask with the pretrained model:")
     out = []
     for text in FILL_MASK:
-        guesses = predict(model, tokenizer, text, top_k)[0]["guesses"]
+        guesses = fill_mask(model, tokenizer, text, top_k)[0]["guesses"]
         print(f"  {text}\n    -> " + ", ".join(f"{g['token']} ({g['probability']:.2f})" for g in guesses))
         out.append({"text": text, "top": [g["token"] for g in guesses]})
     return out

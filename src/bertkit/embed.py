@@ -3,7 +3,7 @@
 `pool` turns token vectors into one vector per text ([CLS], or the mean or max over real tokens,
 padding ignored); `select_layers` picks and combines hidden layers (the paper's best NER feature
 was the concatenation of the last four); `embed_texts` runs a whole list of texts through the
-encoder. Texts are batched longest first so each batch pads to a similar length, which on
+encoder, and `token_features` keeps every token's vector instead (`bertkit features`). Texts are batched longest first so each batch pads to a similar length, which on
 mixed-length input is several times faster than input order; rows come back in input order.
 `load_encoder` reads the encoder out of a model directory of any head (the head is skipped).
 
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertkit.data.batching import collate, pad_rows, to_device
 from bertkit.errors import UserError
 from bertkit.model import BertModel
 from bertkit.tokenizer import Tokenizer
@@ -49,7 +50,7 @@ def select_layers(hidden_states: Sequence[Tensor], layers: Sequence[int], combin
     Indices count like Python's: 0 is the embedding output, -1 the last layer. "concat" gives
     (B, T, C*k) in the order asked; "sum" and "mean" give (B, T, C).
     """
-    _check_layers(layers, len(hidden_states))
+    check_layers(layers, len(hidden_states))
     chosen = [hidden_states[i] for i in layers]
     if combine == "concat":
         return torch.cat(chosen, dim=-1)  # (B, T, C*k)
@@ -60,8 +61,8 @@ def select_layers(hidden_states: Sequence[Tensor], layers: Sequence[int], combin
     raise ValueError(f"combine must be one of {', '.join(COMBINES)}, not {combine!r}")
 
 
-def _check_layers(layers: Sequence[int], n: int) -> None:
-    """n is the number of hidden states: the layer count plus one for the embeddings."""
+def check_layers(layers: Sequence[int], n: int) -> None:
+    """A UserError unless every index names one of n hidden states (the layers plus the embeddings)."""
     if not layers:
         raise UserError("no layers chosen")
     for i in layers:
@@ -78,11 +79,6 @@ def load_encoder(path: str | os.PathLike) -> tuple[BertModel, Tokenizer]:
         raise UserError(f"vocab.txt has {len(tokenizer)} entries but the model only "
                         f"{model.config.vocab_size}: tokenizer and weights do not belong together", path)
     return model.eval(), tokenizer
-
-
-def _pad(rows: list[list[int]], value: int) -> Tensor:
-    width = max(map(len, rows))
-    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)  # (B, T)
 
 
 @torch.inference_mode()
@@ -104,7 +100,7 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
     if batch_size < 1:
         raise UserError(f"batch size must be at least 1, got {batch_size}")
     layers = list(layers)
-    _check_layers(layers, model.config.num_hidden_layers + 1)
+    check_layers(layers, model.config.num_hidden_layers + 1)
     width = model.config.hidden_size * (len(layers) if combine == "concat" else 1)
     max_length = min(max_length, model.config.max_position_embeddings)
     encodings = tokenizer.encode_batch(list(texts), max_length=max_length, truncation=True)
@@ -117,8 +113,8 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
         with tqdm(total=len(order), unit="text", disable=not progress, desc="embedding") as bar:
             for start in range(0, len(order), batch_size):
                 batch = order[start:start + batch_size]
-                ids = _pad([encodings[i].ids for i in batch], tokenizer.pad_id).to(device)  # (B, T)
-                mask = _pad([encodings[i].attention_mask for i in batch], 0).to(device)  # (B, T)
+                ids = pad_rows([encodings[i].ids for i in batch], tokenizer.pad_id).to(device)  # (B, T)
+                mask = pad_rows([encodings[i].attention_mask for i in batch], 0).to(device)  # (B, T)
                 result = model(ids, attention_mask=mask, output_hidden_states=not only_last)
                 if only_last:
                     hidden = result.last_hidden_state  # (B, T, C)
@@ -132,3 +128,35 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
     finally:
         model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def token_features(model: BertModel, tokenizer: Tokenizer, sentences: Sequence[str], layers: Sequence[int],
+                   combine: str = "concat", max_length: int = 128, batch_size: int = 32,
+                   device: str | torch.device = "cpu", progress: bool = True):
+    """(features (N, F) float32, offsets (S+1,), tokens) for every token of every sentence.
+
+    Sentence i's tokens, [CLS] and [SEP] included, are rows offsets[i]:offsets[i+1]; F is C times
+    the number of layers for "concat", C otherwise.
+    """
+    from tqdm import tqdm
+
+    check_layers(layers, model.config.num_hidden_layers + 1)
+    chunks, tokens, lengths = [], [], []
+    model.to(device).eval()
+    bar = tqdm(total=len(sentences), unit="sentence", disable=not progress, leave=False)
+    for i in range(0, len(sentences), batch_size):
+        encodings = tokenizer.encode_batch(list(sentences[i : i + batch_size]), max_length=max_length)
+        batch = collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encodings], tokenizer.pad_id)
+        out = model(**to_device(batch, device), output_hidden_states=True)
+        h = select_layers(out.hidden_states, layers, combine).float().cpu()  # (B, T, F)
+        for row, e in zip(h, encodings):
+            chunks.append(row[: len(e.ids)].numpy())
+            tokens.extend(e.tokens)
+            lengths.append(len(e.ids))
+        bar.update(len(encodings))
+    bar.close()
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    width = chunks[0].shape[1] if chunks else 0
+    features = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros((0, width), np.float32)
+    return features, offsets, tokens

@@ -19,11 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.config import BertConfig
+from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.hf import PretrainedMixin
 from bertkit.model import ACTIVATIONS, BertModel, EncoderOutput, init_weights
-
-IGNORE = -100
 
 
 @dataclass
@@ -74,26 +72,26 @@ class MLMHead(nn.Module):
 
 def _labelled(hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """The hidden vectors and labels at positions with a label: (N, C), (N,)."""
-    keep = labels.reshape(-1) != IGNORE
+    keep = labels.reshape(-1) != IGNORE_INDEX
     return hidden.reshape(-1, hidden.shape[-1])[keep], labels.reshape(-1)[keep]
 
 
-def _encode_labelled(bert: BertModel, input_ids, attention_mask, token_type_ids, labels: Tensor,
+def _encode_labelled(encoder: BertModel, input_ids, attention_mask, token_type_ids, labels: Tensor,
                      with_cls: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The last layer's outputs at [CLS] ((B, C), or (0, C) without) and at the labelled
     positions ((N, C), row-major as `_labelled`), and those labels (N,): the encoder's last layer
     computes only these rows (see `BertModel.forward`'s `rows`)."""
     B, T = input_ids.shape
     flat = labels.reshape(-1)
-    labelled = (flat != IGNORE).nonzero().squeeze(1)  # (N,)
+    labelled = (flat != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
     cls = torch.arange(B, device=labels.device) * T if with_cls else labelled[:0]  # (B,) or (0,)
-    h = bert(input_ids, attention_mask, token_type_ids, rows=torch.cat([cls, labelled])).last_hidden_state
+    h = encoder(input_ids, attention_mask, token_type_ids, rows=torch.cat([cls, labelled])).last_hidden_state
     return h[: len(cls)], h[len(cls):], flat[labelled]
 
 
 def _mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     # Over zero labelled positions transformers' mean is NaN; keep that behaviour.
-    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE)
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
 
 
 class _Head(PretrainedMixin, nn.Module):
@@ -102,7 +100,7 @@ class _Head(PretrainedMixin, nn.Module):
             m.apply(lambda x: init_weights(x, self.config))
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states=False) -> EncoderOutput:
-        return self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        return self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states)
 
 
 class BertForPreTraining(_Head):
@@ -111,16 +109,16 @@ class BertForPreTraining(_Head):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=True)
-        self.mlm = MLMHead(config, self.bert.embeddings.word)
+        self.encoder = BertModel(config, add_pooling_layer=True)
+        self.mlm = MLMHead(config, self.encoder.embeddings.word)
         self.nsp = nn.Linear(config.hidden_size, 2)
         self._init_new(self.mlm.dense, self.mlm.norm, self.nsp)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 next_sentence_label=None, output_hidden_states=False) -> PreTrainingOutput:
         if labels is not None and not output_hidden_states:  # the training step: sparse last layer
-            h_cls, h, y = _encode_labelled(self.bert, input_ids, attention_mask, token_type_ids, labels, True)
-            pooled = torch.tanh(self.bert.pooler(h_cls))  # (B, C), as BertModel's pooler
+            h_cls, h, y = _encode_labelled(self.encoder, input_ids, attention_mask, token_type_ids, labels, True)
+            pooled = self.encoder.pool(h_cls)  # (B, C)
             out = PreTrainingOutput(seq_relationship_logits=self.nsp(pooled), pooler_output=pooled)
         else:
             enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
@@ -146,14 +144,14 @@ class BertForMaskedLM(_Head):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.mlm = MLMHead(config, self.bert.embeddings.word)
+        self.encoder = BertModel(config, add_pooling_layer=False)
+        self.mlm = MLMHead(config, self.encoder.embeddings.word)
         self._init_new(self.mlm.dense, self.mlm.norm)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False) -> HeadOutput:
         if labels is not None and not output_hidden_states:  # the training step: sparse last layer
-            _, h, y = _encode_labelled(self.bert, input_ids, attention_mask, token_type_ids, labels, False)
+            _, h, y = _encode_labelled(self.encoder, input_ids, attention_mask, token_type_ids, labels, False)
             logits = self.mlm(h)  # (N, V)
             return HeadOutput(logits, _mlm_loss(logits, y))
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
@@ -170,16 +168,15 @@ class BertForSequenceClassification(_Head):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=True)
-        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(p)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self._init_new(self.classifier)
+        self.encoder = BertModel(config, add_pooling_layer=True)
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.output = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_new(self.output)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False) -> HeadOutput:
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        logits = self.classifier(self.dropout(enc.pooler_output))  # (B, L)
+        logits = self.output(self.dropout(enc.pooler_output))  # (B, L)
         loss = None
         if labels is not None:
             loss = sequence_classification_loss(self.config, logits, labels)
@@ -211,20 +208,19 @@ class BertForTokenClassification(_Head):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(p)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self._init_new(self.classifier)
+        self.encoder = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.output = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_new(self.output)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False) -> HeadOutput:
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        logits = self.classifier(self.dropout(enc.last_hidden_state))  # (B, T, L)
+        logits = self.output(self.dropout(enc.last_hidden_state))  # (B, T, L)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1),
-                                   ignore_index=IGNORE)
+                                   ignore_index=IGNORE_INDEX)
         return HeadOutput(logits, loss, enc.hidden_states)
 
 
@@ -234,14 +230,14 @@ class BertForQuestionAnswering(_Head):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self._init_new(self.qa_outputs)
+        self.encoder = BertModel(config, add_pooling_layer=False)
+        self.output = nn.Linear(config.hidden_size, 2)
+        self._init_new(self.output)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
                 end_positions=None, output_hidden_states=False) -> QAOutput:
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        start, end = self.qa_outputs(enc.last_hidden_state).float().unbind(-1)  # (B, T) each
+        start, end = self.output(enc.last_hidden_state).float().unbind(-1)  # (B, T) each
         out = QAOutput(hidden_states=enc.hidden_states, start_logits=start, end_logits=end)
         if start_positions is not None and end_positions is not None:
             # As transformers: positions outside the sequence are clamped to T and ignored.
@@ -250,6 +246,35 @@ class BertForQuestionAnswering(_Head):
             e = end_positions.reshape(-1).clamp(0, T)
             out.loss = (F.cross_entropy(start, s, ignore_index=T) + F.cross_entropy(end, e, ignore_index=T)) / 2
         return out
+
+
+class BiLSTMTagger(nn.Module):
+    """The feature-based NER tagger (paper §5.3): word features -> dropout -> 2-layer BiLSTM ->
+    linear over the tags; trained on frozen BERT features (`bertkit.finetune.feature_ner`).
+
+    Shapes: B sentences, W words, F feature size (k layers x C), L tags.
+    """
+
+    def __init__(self, in_dim: int, hidden: int, num_labels: int, num_layers: int = 2, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(in_dim, hidden, num_layers, batch_first=True, bidirectional=True, dropout=dropout)
+        self.output = nn.Linear(2 * hidden, num_labels)
+
+    def forward(self, features: Tensor, lengths: Tensor, labels: Tensor | None = None) -> HeadOutput:
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        W = features.shape[1]
+        # Packing keeps padding out of the backward direction's state.
+        packed = pack_padded_sequence(self.dropout(features.float()), lengths.cpu().clamp(min=1),
+                                      batch_first=True, enforce_sorted=False)
+        h, _ = self.lstm(packed)
+        h, _ = pad_packed_sequence(h, batch_first=True, total_length=W)  # (B, W, 2*hidden)
+        logits = self.output(self.dropout(h))  # (B, W, L)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return HeadOutput(logits, loss)
 
 
 HEADS = {cls.__name__: cls for cls in (BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,

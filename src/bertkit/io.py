@@ -96,6 +96,21 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
+def read_json(path: str | os.PathLike, what: str = "a JSON object"):
+    """The content of a JSON file that should hold `what`: a UserError naming the file when it
+    is missing, not UTF-8 JSON, or not a JSON object."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no such file (expected {what})", path)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"not valid JSON ({e})", path) from None
+    if not isinstance(value, dict):
+        raise UserError(f"expected {what}, found a JSON {type(value).__name__}", path)
+    return value
+
+
 def write_text(dest: str | os.PathLike, text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")

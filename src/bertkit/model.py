@@ -1,7 +1,6 @@
-"""The BERT encoder: embeddings, post-LN Transformer layers, tanh pooler.
+"""The BERT encoder: embeddings, post-LN Transformer layers, tanh pooler — the whole forward pass.
 
-The whole forward pass is in this file. Differences from Hugging Face's modeling_bert, none of
-which change the numbers:
+Differences from Hugging Face's modeling_bert, none of which change the numbers:
 - query, key and value are one fused (C, 3C) projection; the interop table in `hf.py` splits it
   back into HF's three keys on save;
 - the word-embedding table holds `padded_vocab_size` rows (a multiple of 64) so the tied MLM
@@ -9,12 +8,22 @@ which change the numbers:
 - attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels when
   there is no mask) with a boolean mask, which softmaxes to exactly the zeros of HF's additive
   dtype-minimum mask;
-- `attention="causal"` gives the paper's left-to-right ablation;
-- two ways to skip work whose result nobody reads: `unpad=True` drops padding before the layers
-  (`bertkit.unpad`), and `rows=` computes the last layer's output only where a head needs it
-  (pretraining: labelled positions and [CLS]).
+- `attention="causal"` gives the paper's left-to-right ablation.
 
-Shape legend: B batch, T tokens, C hidden, H heads, D head size (C = H*D), I intermediate.
+Three paths through the same layers, chosen by `BertModel.forward`:
+- padded: (B, T, C) with a padding mask, as everyone does;
+- unpadded (`unpad=True`): the real tokens are gathered into one (N, C) matrix before the first
+  layer, every dense layer runs on those N rows only, attention runs per sequence, and the result
+  is scattered back to (B, T, C) with zeros at padding. A padded batch of variable-length texts
+  spends most of its matrix work on [PAD] (SST-2's dev sentences average ~25 tokens); outputs at
+  real tokens equal the padded path's. Attention per sequence: on CUDA in half precision without
+  attention dropout, one `varlen_attn` call (flash attention over cumulative lengths); elsewhere
+  the sequences are grouped by length and each group is one unmasked SDPA call;
+- last-layer rows (`rows=`): the last layer computes its output only where a head reads it
+  (pretraining: the labelled positions and [CLS]), after full attention.
+
+Shape legend: B batch, T tokens, C hidden, H heads, D head size (C = H*D), I intermediate,
+N real (or selected) tokens, G sequences of one length L.
 """
 
 from __future__ import annotations
@@ -39,9 +48,38 @@ ACTIVATIONS = {
 
 @dataclass
 class EncoderOutput:
-    last_hidden_state: Tensor  # (B, T, C)
+    last_hidden_state: Tensor  # (B, T, C); (N, C) when `rows` was given
     pooler_output: Tensor | None = None  # (B, C): tanh(W h_[CLS] + b)
     hidden_states: tuple[Tensor, ...] | None = None  # embeddings + each layer, each (B, T, C)
+
+
+@dataclass
+class Packing:
+    """Where the real tokens of a padded batch are, computed once and shared by every layer."""
+
+    index: Tensor  # (N,) flat positions in the (B*T) padded layout, row-major
+    positions: Tensor  # (N,) each real token's position within its sequence
+    cu_seqlens: Tensor  # (B+1,) int32 start of each sequence in the packed rows
+    max_len: int  # longest sequence, in tokens
+    groups: list[tuple[int, Tensor]]  # (L, (G, L) packed-row indices of the sequences of length L)
+
+    @classmethod
+    def from_mask(cls, attention_mask: Tensor) -> "Packing":
+        keep = attention_mask.bool()
+        B, T = keep.shape
+        lengths = keep.sum(1)  # (B,)
+        index = keep.reshape(-1).nonzero().squeeze(1)  # (N,)
+        cu = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (B+1,)
+        groups = []
+        for L in sorted(set(lengths.tolist()) - {0}):
+            starts = cu[:-1][lengths == L]  # (G,)
+            rows = starts[:, None] + torch.arange(L, device=starts.device)  # (G, L)
+            groups.append((int(L), rows.long()))
+        return cls(index, index % T, cu, int(lengths.max()) if lengths.numel() else 0, groups)
+
+    def repad(self, x: Tensor, B: int, T: int) -> Tensor:
+        """(N, C) packed rows -> (B, T, C) with zeros at padding."""
+        return x.new_zeros(B * T, x.shape[-1]).index_copy(0, self.index, x).view(B, T, -1)
 
 
 class Embeddings(nn.Module):
@@ -56,15 +94,25 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
-        T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device)
-        x = self.word(input_ids) + self.position(positions)  # (B, T, C)
+    def forward(self, input_ids: Tensor, positions: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        """Any shape of ids, (B, T) padded or (N,) packed, with positions that broadcast to it."""
+        x = self.word(input_ids) + self.position(positions)  # (..., C)
         if token_type_ids is None:
             x = x + self.segment.weight[0]  # all segment A
         else:
             x = x + self.segment(token_type_ids)
         return self.dropout(self.norm(x))
+
+
+def _varlen_kernel(x: Tensor, dropout_p: float):
+    """torch's flash varlen attention when it applies here (CUDA, half precision, no dropout)."""
+    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16) or dropout_p:
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # torch >= 2.10
+    except ImportError:
+        return None
+    return varlen_attn
 
 
 class Layer(nn.Module):
@@ -96,9 +144,30 @@ class Layer(nn.Module):
             x, a = x.reshape(B * T, C)[rows], a.reshape(B * T, C)[rows]  # (N, C) each
         return self.finish(x, a)
 
+    def forward_packed(self, x: Tensor, packing: Packing, causal: bool) -> Tensor:
+        """The same layer on packed real tokens: (N, C) -> (N, C), attention within each sequence."""
+        N, C = x.shape
+        H, D = self.n_head, C // self.n_head
+        qkv = self.qkv(x).view(N, 3, H, D)  # (N, 3, H, D)
+        p = self.attn_dropout if self.training else 0.0
+        varlen_attn = _varlen_kernel(qkv, p)
+        if varlen_attn is not None:
+            q, k, v = (t.contiguous() for t in qkv.unbind(1))  # 3 x (N, H, D)
+            cu, m = packing.cu_seqlens, packing.max_len
+            a = varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0) if causal else (-1, -1))
+        else:
+            parts, rows = [], []
+            for L, idx in packing.groups:
+                q, k, v = qkv[idx].permute(2, 0, 3, 1, 4)  # (G, L, 3, H, D) -> 3 x (G, H, L, D)
+                o = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
+                parts.append(o.transpose(1, 2).reshape(-1, H, D))  # (G*L, H, D)
+                rows.append(idx.reshape(-1))
+            order = torch.cat(rows)  # packed row of each output row
+            a = torch.empty_like(qkv[:, 0]).index_copy(0, order, torch.cat(parts))  # (N, H, D)
+        return self.finish(x, a.reshape(N, C))
+
     def finish(self, x: Tensor, a: Tensor) -> Tensor:
-        """Everything after attention, token by token; x and a are (..., C), so the unpadded
-        path (`bertkit.unpad`) runs it on (N, C) real tokens only."""
+        """Everything after attention, token by token: x and a are (..., C)."""
         x = self.attn_norm(x + self.dropout(self.attn_out(a)))
         h = self.ffn_out(self.act(self.ffn_in(x)))  # (..., I) -> (..., C)
         return self.ffn_norm(x + self.dropout(h))
@@ -125,7 +194,7 @@ class BertModel(PretrainedMixin, nn.Module):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True, unpad: bool = False):
         super().__init__()
         self.config = config
-        self.unpad = unpad  # drop padding before the layers (`bertkit.unpad`); same outputs at real tokens
+        self.unpad = unpad  # drop padding before the layers; same outputs at real tokens
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
@@ -144,32 +213,60 @@ class BertModel(PretrainedMixin, nn.Module):
         rows: Tensor | None = None,  # (N,) flat indices into B*T: the only outputs needed
     ) -> EncoderOutput:
         """With `rows`, the last layer computes its output only at those positions (after full
-        attention): last_hidden_state is then (N, C) in that order and there is no pooler output.
-        Pretraining needs only the labelled positions and [CLS], so it skips ~85% of the last
-        layer's output projection and feed-forward work."""
+        attention): last_hidden_state is then (N, C) in that order and there is no pooler output."""
         T = input_ids.shape[1]
         if T > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence of {T} tokens exceeds max_position_embeddings "
                 f"{self.config.max_position_embeddings}: truncate the input"
             )
-        causal = self.config.attention == "causal"
         if self.unpad and attention_mask is not None and rows is None:
-            from bertkit.unpad import forward_unpadded  # imports this module: import when used
-
-            return forward_unpadded(self, input_ids, attention_mask, token_type_ids, output_hidden_states)
+            return self._forward_unpadded(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        causal = self.config.attention == "causal"
         mask, is_causal = attention_mask_for_sdpa(attention_mask, T, causal)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, C)
+        x = self.embeddings(input_ids, torch.arange(T, device=input_ids.device), token_type_ids)  # (B, T, C)
         states = [x] if output_hidden_states else None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, is_causal, rows if i == last else None)
             if states is not None:
                 states.append(x)
+        hidden = tuple(states) if states is not None else None
         if rows is not None:
-            return EncoderOutput(x, None, tuple(states) if states is not None else None)  # x: (N, C)
-        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (B, C)
-        return EncoderOutput(x, pooled, tuple(states) if states is not None else None)
+            return EncoderOutput(x, None, hidden)  # x: (N, C)
+        return EncoderOutput(x, self.pool(x), hidden)
+
+    def _forward_unpadded(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None,
+                          output_hidden_states: bool) -> EncoderOutput:
+        """The padded path's outputs, computed on the real tokens only; zeros at padding.
+        The pooler reads position 0, as in the padded path, so pad on the right (BERT's layout)."""
+        B, T = input_ids.shape
+        packing = Packing.from_mask(attention_mask)
+        types = token_type_ids.reshape(-1)[packing.index] if token_type_ids is not None else None
+        x = self.embeddings(input_ids.reshape(-1)[packing.index], packing.positions, types)  # (N, C)
+        states = [x] if output_hidden_states else None
+        causal = self.config.attention == "causal"
+        for layer in self.layers:
+            x = layer.forward_packed(x, packing, causal)
+            if states is not None:
+                states.append(x)
+        last = packing.repad(x, B, T)  # (B, T, C)
+        hidden = tuple(packing.repad(s, B, T) for s in states) if states is not None else None
+        return EncoderOutput(last, self.pool(last), hidden)
+
+    def pool(self, hidden: Tensor) -> Tensor | None:
+        """The paper's pooled [CLS] vector: tanh(W h_0 + b), (B, T, C) or (B, C) -> (B, C)."""
+        if self.pooler is None:
+            return None
+        return torch.tanh(self.pooler(hidden[:, 0] if hidden.dim() == 3 else hidden))
+
+
+def set_unpadding(model: nn.Module, enabled: bool = True) -> nn.Module:
+    """Switch every encoder inside `model` (a head or a bare BertModel) to the unpadded path."""
+    for module in model.modules():
+        if isinstance(module, BertModel):
+            module.unpad = enabled
+    return model
 
 
 @torch.no_grad()
@@ -185,26 +282,3 @@ def init_weights(module: nn.Module, config: BertConfig) -> None:
     elif isinstance(module, nn.LayerNorm):
         module.weight.fill_(1.0)
         module.bias.zero_()
-
-
-def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
-    """torch.compile every Transformer layer (and an MLM head's transform) in place; returns `model`.
-
-    Why per block and not the whole model: the sparse pretraining heads gather the labelled
-    positions with `nonzero`, a data-dependent shape. Compiling across it either breaks the graph or
-    (with `capture_dynamic_output_shape_ops`) asks inductor for unbacked sizes, which failed to
-    compile the backward pass on torch 2.11 / H200. Inside a block every size comes from an input's
-    shape, so the blocks compile with ordinary dynamic shapes, the gather stays eager, and the
-    module's parameter names (its checkpoints) do not change.
-    """
-    from bertkit.heads import MLMHead  # heads imports this module
-
-    # One code object (Layer.forward) serves every layer, in train and eval, with and without
-    # `rows`, static and then dynamic sizes: more cache entries than dynamo's default 8, past
-    # which it silently runs the remaining layers eager (seen on the H200 at seq 512).
-    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
-    for m in model.modules():
-        if isinstance(m, (Layer, MLMHead)):
-            m.compile(**compile_kwargs)
-    return model

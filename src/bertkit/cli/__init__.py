@@ -7,10 +7,10 @@ traceback.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
+from bertkit.cli.args import Parser
 from bertkit.errors import UserError
 
 # command -> (module, one-line help)
@@ -70,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"bertkit {name}: not yet available in this version", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(prog=f"bertkit {name}", description=text)
+    parser = Parser(prog=f"bertkit {name}", description=text)
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit as e:  # --help, or a flag that failed its check (one line already printed)
+        return int(e.code or 0)
     try:
         return int(module.run(args) or 0)
     except UserError as e:

@@ -29,8 +29,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bertkit.bench import CASES, Options, markdown_table, run_benchmarks, selected
-    from bertkit.bench.cases import transformers_module
+    from bertkit.benchmark import CASES, Options, markdown_table, run_benchmarks, selected
+    from bertkit.benchmark.spec import transformers_module
 
     if args.cases == "list":
         for spec in CASES.values():

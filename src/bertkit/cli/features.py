@@ -33,54 +33,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="auto")
 
 
-def parse_layers(text: str, num_layers: int) -> tuple[int, ...]:
-    """Layer indices, checked against a model with `num_layers` layers (L+1 hidden states)."""
-    layers = int_list(text, "--layers")
-    for layer in layers:
-        if not -(num_layers + 1) <= layer <= num_layers:
-            raise UserError(f"layer {layer} does not exist: the model has hidden states "
-                            f"0..{num_layers} (or {-(num_layers + 1)}..-1)")
-    return layers
-
-
-def extract(model, tokenizer, sentences: list[str], layers: tuple[int, ...], combine: str, max_length: int,
-            batch_size: int, device, progress: bool = True) -> tuple:
-    """(features (N, F) float32, offsets (S+1,), tokens list) for every token of every sentence."""
-    import numpy as np
-    import torch
-    from tqdm import tqdm
-
-    from bertkit.embed import select_layers
-    from bertkit.train.finetune_tasks import collate, to_device
-
-    chunks, tokens, lengths = [], [], []
-    model.eval()
-    bar = tqdm(total=len(sentences), unit="sentence", disable=not progress, leave=False)
-    with torch.no_grad():
-        for i in range(0, len(sentences), batch_size):
-            encodings = tokenizer.encode_batch(sentences[i : i + batch_size], max_length=max_length)
-            batch = collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encodings],
-                            tokenizer.pad_id)
-            out = model(**to_device(batch, device), output_hidden_states=True)
-            h = select_layers(out.hidden_states, layers, combine).float().cpu()  # (B, T, F)
-            for row, e in zip(h, encodings):
-                chunks.append(row[: len(e.ids)].numpy())
-                tokens.extend(e.tokens)
-                lengths.append(len(e.ids))
-            bar.update(len(encodings))
-    bar.close()
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    width = chunks[0].shape[1] if chunks else 0
-    features = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros((0, width), np.float32)
-    return features, offsets, tokens
-
-
 def run(args) -> int:
     import numpy as np
 
-    from bertkit.embed import load_encoder
-    from bertkit.io import atomic_path, read_lines
     from bertkit.devices import resolve_device
+    from bertkit.embed import load_encoder, token_features
+    from bertkit.io import atomic_path, read_lines
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -91,12 +49,11 @@ def run(args) -> int:
     if not sentences:
         raise UserError("no lines in input", args.input)
     model, tokenizer = load_encoder(args.model)
-    layers = parse_layers(args.layers, model.config.num_hidden_layers)
+    layers = int_list(args.layers, "--layers")
     device = resolve_device(args.device)
-    model.to(device)
     t0 = time.time()
-    features, offsets, tokens = extract(model, tokenizer, sentences, layers, args.combine, args.max_length,
-                                        args.batch_size, device)
+    features, offsets, tokens = token_features(model, tokenizer, sentences, layers, args.combine, args.max_length,
+                                               args.batch_size, device)
     with atomic_path(out) as tmp:
         with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
             np.savez(f, features=features, offsets=offsets, tokens=np.asarray(tokens, dtype=np.str_),

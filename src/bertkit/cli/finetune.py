@@ -9,8 +9,6 @@ predictions.tsv|.json|.conll (that model's dev predictions: GLUE submission layo
 
 from __future__ import annotations
 
-import random
-import time
 from pathlib import Path
 
 from bertkit.cli import int_list
@@ -18,7 +16,7 @@ from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
-    from bertkit.train.finetune import TASKS
+    from bertkit.finetune.registry import TASKS
 
     parser.add_argument("--model", required=True, help="pretrained model directory (HF format + vocab.txt)")
     parser.add_argument("--task", required=True, choices=TASKS, help="GLUE task, classify/regress, squad or ner")
@@ -71,62 +69,30 @@ def _check_args(args) -> None:
             raise UserError(f"{flag}: no such file", value)
 
 
-def _examples(task, args) -> tuple[list, list]:
-    train = task.read(args.train)
-    if args.split_articles is not None:
-        from bertkit.data.squad import split_articles
+def job_from_args(args):
+    """The FinetuneJob the command line asks for (after `_check_args`)."""
+    from bertkit.finetune.loop import Hyper
+    from bertkit.finetune.run import FinetuneJob
 
-        train, held_out = split_articles(train, args.split_articles, seed=0)
-        dev = task.read(args.dev) if args.dev else held_out
-    else:
-        dev = task.read(args.dev)
-    if args.max_train_examples is not None and args.max_train_examples < len(train):
-        train = random.Random(0).sample(train, args.max_train_examples)
-    return train, dev
+    lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
+    hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay,
+               seeds=int_list(args.seeds, "--seeds"), group_by_length=args.group_by_length)
+    columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
+    return FinetuneJob(
+        model=args.model, task=args.task, train=args.train, out=args.out, dev=args.dev, hyper=hp,
+        max_seq_len=args.max_seq_len, text_columns=columns, label_column=args.label_column,
+        feature_based=args.feature_based, layers=int_list(args.layers, "--layers") if args.feature_based else None,
+        split_articles=args.split_articles, max_train_examples=args.max_train_examples, device=args.device,
+        precision=args.precision, eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
 
 
-def run(args) -> int:
-    from bertkit.config import BertConfig
-    from bertkit.tokenizer import Tokenizer
-    from bertkit.train.finetune import Hyper, finetune, make_task
-    from bertkit.devices import resolve_device
-    from bertkit.train.finetune_tasks import Runtime
+def run(args, new_model=None) -> int:
+    from bertkit.finetune.run import run_job
 
     _check_args(args)
-    seeds = int_list(args.seeds, "--seeds")
-    model_dir = Path(args.model)
-    config = BertConfig.load(model_dir)
-    tokenizer = Tokenizer.from_pretrained(model_dir)
-    rt = Runtime(resolve_device(args.device), args.precision, args.eval_batch_size, not args.no_progress)
-    columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
-    layers = int_list(args.layers, "--layers") if args.feature_based else None
-    task = make_task(args.task, tokenizer, args.max_seq_len, columns, args.label_column,
-                     feature_based=args.feature_based, model_dir=model_dir, rt=rt, layers=layers)
-    lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
-    hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, seeds=seeds,
-               group_by_length=args.group_by_length)
-
-    t0 = time.time()
-    train_examples, dev_examples = _examples(task, args)
-    task.fit_labels(train_examples)
-    print(f"bertkit finetune: {args.task} on {len(train_examples)} training / {len(dev_examples)} dev examples; "
-          f"model {model_dir} ({config.num_hidden_layers} layers, hidden {config.hidden_size}); "
-          f"device {rt.device}, {args.precision}", flush=True)
-    train = task.prepare(train_examples, train=True)
-    dev = task.prepare(dev_examples)
-    steps = -(-len(train["features"]) // hp.batch_size) * hp.epochs
-    print(f"  encoded in {time.time() - t0:.1f}s: {len(train['features'])} training features, "
-          f"{steps} steps per seed x {len(seeds)} seed(s), lr {lr:g}, batch {hp.batch_size}", flush=True)
-    run_info = {
-        "task": args.task, "model": str(model_dir), "train": args.train, "dev": args.dev,
-        "max_seq_len": task.max_seq_len, "text_columns": columns, "label_column": args.label_column,
-        "feature_based": args.feature_based, "labels": task.labels,
-        "args": {k: v for k, v in vars(args).items()},
-    }
-    out = Path(args.out)
-    results = finetune(task, model_dir, train, dev, hp, rt, out, tokenizer, run_info,
-                       log=lambda line: print("  " + line, flush=True))
-    _print_summary(results, out)
+    results = run_job(job_from_args(args), log=lambda line: print(line, flush=True), new_model=new_model,
+                      args=dict(vars(args)))
+    _print_summary(results, Path(args.out))
     return 0
 
 

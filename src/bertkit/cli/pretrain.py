@@ -7,7 +7,6 @@ global batch, split over processes and --grad-accum micro-steps, so results do n
 from __future__ import annotations
 
 
-
 def add_arguments(parser) -> None:
     a = parser.add_argument
     a("--data", required=True, help="folder written by `bertkit prepare`")
@@ -25,7 +24,9 @@ def add_arguments(parser) -> None:
     a("--weight-decay", type=float, default=0.01)
     a("--mask-rate", type=float, default=0.15, help="fraction of tokens to predict (default 0.15)")
     a("--whole-word-mask", action="store_true", help="mask every piece of a chosen word")
-    a("--mask-all", action="store_true", help="ablation: chosen tokens always become [MASK]")
+    a("--mask-rule", default="80/10/10", metavar="M/R/K",
+      help="of the chosen tokens, percent replaced by [MASK] / by a random token / kept (default 80/10/10)")
+    a("--mask-all", action="store_true", help="ablation: chosen tokens always become [MASK] (--mask-rule 100/0/0)")
     a("--precision", default="fp32", choices=("fp32", "bf16"))
     a("--compile", action="store_true", help="torch.compile the model")
     a("--save-every", type=int, default=1000, help="steps between checkpoints")
@@ -42,14 +43,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from bertkit.train.loop import pretrain
-    from bertkit.train.setup import TrainConfig, parse_overrides
+    from bertkit.pretrain.loop import pretrain
+    from bertkit.pretrain.setup import TrainConfig, parse_overrides
 
     cfg = TrainConfig(
         data=args.data, out=args.out, preset=args.preset, steps=args.steps, minutes=args.minutes,
         objective=args.objective, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
         warmup=args.warmup, weight_decay=args.weight_decay, mask_rate=args.mask_rate,
-        whole_word_mask=args.whole_word_mask, mask_all=args.mask_all, precision=args.precision,
+        whole_word_mask=args.whole_word_mask, mask_rule="100/0/0" if args.mask_all else args.mask_rule, precision=args.precision,
         compile=args.compile, save_every=args.save_every, eval_every=args.eval_every,
         log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep, seed=args.seed,
         resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,

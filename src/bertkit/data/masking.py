@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-IGNORE_INDEX = -100  # label of unchosen positions: cross_entropy's default ignore_index
+from bertkit.config import IGNORE_INDEX  # the label of unchosen positions
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,23 @@ class MaskingConfig:
     @property
     def keep_prob(self) -> float:
         return 1.0 - self.mask_prob - self.random_prob
+
+    @classmethod
+    def from_rule(cls, rule: str = "80/10/10", rate: float = 0.15, whole_word: bool = False) -> "MaskingConfig":
+        """A rule as the paper's Table 8 writes it: percent [MASK] / random / kept, e.g. "80/10/10"."""
+        parts = rule.split("/")
+        try:
+            mask, random_, keep = (float(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"a masking rule is three percentages MASK/RANDOM/KEEP such as 80/10/10, not {rule!r}") from None
+        if min(mask, random_, keep) < 0 or abs(mask + random_ + keep - 100) > 1e-6:
+            raise ValueError(f"masking rule {rule!r}: the three percentages must be >= 0 and sum to 100")
+        return cls(rate=rate, mask_prob=mask / 100, random_prob=random_ / 100, whole_word=whole_word)
+
+    @property
+    def rule(self) -> str:
+        """This config's MASK/RANDOM/KEEP percentages, e.g. "80/10/10"."""
+        return "/".join(f"{100 * p:g}" for p in (self.mask_prob, self.random_prob, self.keep_prob))
 
 
 def continuation_table(tokenizer) -> torch.Tensor:

@@ -17,10 +17,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.config import IGNORE_INDEX
 from bertkit.errors import UserError
 from bertkit.io import read_lines
-
-IGNORE_INDEX = -100  # the label cross-entropy skips
 
 
 @dataclass

@@ -18,11 +18,11 @@ instances each.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from bertkit.data.manifest import read_manifest
 from bertkit.errors import UserError
 
 SHARD_SIZE = 1 << 16  # instances per shard: 16 MiB of uint16 at max_seq_len 128
@@ -179,43 +179,6 @@ class InstanceShards:
             ids[rows] = self.ids[s][local]
             meta[rows] = self.meta[s][local]
         return ids, meta
-
-
-MANIFEST_VERSION = 1
-REQUIRED_KEYS = ("format", "max_seq_len", "tokenizer_fingerprint", "vocab_size", "token_dtype", "pad_id",
-                 "cls_id", "sep_id", "mask_id", "special_ids", "splits")
-
-
-def read_manifest(data_dir: str | Path) -> dict:
-    """manifest.json of a prepared data folder, checked for the keys training relies on."""
-    path = Path(data_dir) / "manifest.json"
-    if not path.exists():
-        raise UserError("no manifest.json: not a folder made by `bertkit prepare`", data_dir)
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"not valid JSON ({e})", path) from None
-    if not isinstance(manifest, dict):
-        raise UserError("expected a JSON object", path)
-    missing = [k for k in REQUIRED_KEYS if k not in manifest]
-    if missing:
-        raise UserError(f"manifest lacks {', '.join(missing)}", path)
-    if manifest.get("version", MANIFEST_VERSION) > MANIFEST_VERSION:
-        raise UserError(f"manifest version {manifest['version']} is newer than this bertkit reads", path)
-    if manifest["format"] not in ("nsp", "packed"):
-        raise UserError(f"unknown format {manifest['format']!r} (expected nsp or packed)", path)
-    return manifest
-
-
-def check_tokenizer(data_dir: str | Path, tokenizer) -> None:
-    """UserError unless `tokenizer` is the one the data in `data_dir` was prepared with."""
-    manifest = read_manifest(data_dir)
-    if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
-        raise UserError(
-            f"data was prepared with tokenizer {manifest['tokenizer_fingerprint']} but the model's tokenizer is "
-            f"{tokenizer.fingerprint}: prepare the data again with this tokenizer, or train with "
-            f"{Path(data_dir) / 'tokenizer'}", data_dir,
-        )
 
 
 class PretrainingDataset:

@@ -1,4 +1,4 @@
-"""SQuAD v1.1: reading, windows over long contexts (features), and spans back to answer text.
+"""SQuAD v1.1: reading, and the feature conversion: windows over long contexts with offsets.
 
 Features follow the BERT paper's recipe (section 4.2 and its run_squad.py): the question is cut
 to `max_query_len` tokens; the context is cut into windows of at most
@@ -11,8 +11,9 @@ ORIGINAL context: an answer is sliced from the original string, keeping its spac
 accents even when the vocabulary is uncased. Within one example, each token is only a candidate
 start in the window where it has the most context on both sides ("max context", as BERT does).
 
-Only the dev file exists offline, so `split_articles` makes a training set out of some of its
-articles and keeps the others for evaluation.
+Windows stay unpadded lists until a batch is collated. Decoding the predicted spans back to
+answer text is in `bertkit.eval.squad`. Only the dev file exists offline, so `split_articles`
+makes a training set out of some of its articles and keeps the others for evaluation.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ class SquadExample:
 
 @dataclass
 class SquadFeatures:
-    input_ids: np.ndarray  # (F, T) int64
-    token_type_ids: np.ndarray  # (F, T)
-    attention_mask: np.ndarray  # (F, T)
+    """One row per window, unpadded: every list of a window has that window's length n."""
+
+    input_ids: list[list[int]]  # [CLS] question [SEP] window [SEP]
+    token_type_ids: list[list[int]]
     example_index: np.ndarray  # (F,) the example each window came from
     offsets: list[list[tuple[int, int] | None]]  # per window: context char span per token, else None
     start_positions: np.ndarray  # (F,) 0 ([CLS]) when the answer is not inside the window
@@ -50,6 +52,10 @@ class SquadFeatures:
 
     def __len__(self) -> int:
         return len(self.example_index)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.input_ids]
 
 
 def _fail(message: str, path: Path):
@@ -120,13 +126,13 @@ def _answer_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tupl
 
 def make_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 384, doc_stride: int = 128,
                   max_query_len: int = 64) -> SquadFeatures:
-    """Windows of every example, padded to max_seq_len, with answer token positions."""
+    """Windows of every example (at most max_seq_len tokens each), with answer token positions."""
     if doc_stride < 1:
         raise UserError(f"doc_stride must be positive, got {doc_stride}")
     contexts = list(dict.fromkeys(e.context for e in examples))
     context_encoding = dict(zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False)))
     questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
-    rows: dict[str, list] = {k: [] for k in ("ids", "types", "len", "index", "offsets", "start", "end", "max")}
+    rows: dict[str, list] = {k: [] for k in ("ids", "types", "index", "offsets", "start", "end", "max")}
     for index, (example, question) in enumerate(zip(examples, questions)):
         q_ids = question.ids[:max_query_len]
         if max_seq_len - len(q_ids) - 3 < 1:
@@ -137,9 +143,8 @@ def make_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 38
             for key, value in row.items():
                 rows[key].append(value)
     return SquadFeatures(
-        input_ids=np.asarray(rows["ids"], dtype=np.int64).reshape(-1, max_seq_len),
-        token_type_ids=np.asarray(rows["types"], dtype=np.int64).reshape(-1, max_seq_len),
-        attention_mask=(np.arange(max_seq_len)[None, :] < np.asarray(rows["len"])[:, None]).astype(np.int64),
+        input_ids=rows["ids"],
+        token_type_ids=rows["types"],
         example_index=np.asarray(rows["index"], dtype=np.int64),
         offsets=rows["offsets"],
         start_positions=np.asarray(rows["start"], dtype=np.int64),
@@ -149,7 +154,7 @@ def make_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 38
 
 
 def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_seq_len: int, doc_stride: int):
-    """One dict per window of one example: [CLS] question [SEP] window [SEP], padded."""
+    """One dict per window of one example: [CLS] question [SEP] window [SEP]."""
     window = max_seq_len - len(q_ids) - 3
     c_ids, c_offsets = context.ids, context.offsets
     answer = None
@@ -161,17 +166,14 @@ def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_se
     prefix = 2 + len(q_ids)  # [CLS] question [SEP]
     for w, start in enumerate(starts):
         stop = min(start + window, len(c_ids))
-        ids = [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *c_ids[start:stop], tokenizer.sep_id]
-        padding = max_seq_len - len(ids)
         s = e = 0  # [CLS] unless the whole answer lies inside this window
         if answer is not None and start <= answer[0] and answer[1] < stop:
             s, e = answer[0] - start + prefix, answer[1] - start + prefix
         yield {
-            "ids": ids + [tokenizer.pad_id] * padding,
-            "len": len(ids),
-            "types": [0] * prefix + [1] * (stop - start + 1) + [0] * padding,
-            "offsets": [None] * prefix + list(c_offsets[start:stop]) + [None] * (padding + 1),
-            "max": [False] * prefix + (best_window[start:stop] == w).tolist() + [False] * (padding + 1),
+            "ids": [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *c_ids[start:stop], tokenizer.sep_id],
+            "types": [0] * prefix + [1] * (stop - start + 1),
+            "offsets": [None] * prefix + list(c_offsets[start:stop]) + [None],
+            "max": [False] * prefix + (best_window[start:stop] == w).tolist() + [False],
             "start": s,
             "end": e,
         }
@@ -189,40 +191,3 @@ def _max_context_window(starts: list[int], window: int, n_tokens: int) -> np.nda
     score = np.minimum(token - start, stop - 1 - token) + 0.01 * (stop - start)
     score = np.where((token >= start) & (token < stop), score, -np.inf)  # (W, N)
     return np.argmax(score, axis=0) if n_tokens else np.zeros(0, dtype=np.int64)
-
-
-def postprocess(examples: list[SquadExample], features: SquadFeatures, start_logits, end_logits,
-                n_best: int = 20, max_answer_len: int = 30) -> dict[str, str]:
-    """The best answer text per example id across all its windows (highest start + end logit).
-
-    A span is valid when both ends are context tokens, start <= end, it has at most
-    max_answer_len tokens, and its start token has max context in that window.
-    """
-    start_logits = np.asarray(start_logits, dtype=np.float64)
-    end_logits = np.asarray(end_logits, dtype=np.float64)
-    best: dict[int, tuple[float, int, int, int]] = {}
-    for f in range(len(features)):
-        offsets = features.offsets[f]
-        allowed_start = np.asarray([o is not None for o in offsets])
-        allowed_end = allowed_start.copy()
-        if features.max_context:
-            allowed_start &= np.asarray(features.max_context[f], dtype=bool)
-        starts = np.argsort(-start_logits[f], kind="stable")[:n_best]  # (S,) best first
-        ends = np.argsort(-end_logits[f], kind="stable")[:n_best]  # (E,)
-        length = ends[None, :] - starts[:, None] + 1  # (S, E) tokens in each candidate span
-        valid = allowed_start[starts][:, None] & allowed_end[ends][None, :] & (length >= 1) & (length <= max_answer_len)
-        if not valid.any():
-            continue
-        score = np.where(valid, start_logits[f, starts][:, None] + end_logits[f, ends][None, :], -np.inf)
-        i, j = np.unravel_index(np.argmax(score), score.shape)  # first maximum: best start, then end
-        example = int(features.example_index[f])
-        if example not in best or score[i, j] > best[example][0]:
-            best[example] = (float(score[i, j]), f, int(starts[i]), int(ends[j]))
-    predictions = {}
-    for index, example in enumerate(examples):
-        if index not in best:
-            predictions[example.id] = ""
-            continue
-        _, f, s, e = best[index]
-        predictions[example.id] = example.context[features.offsets[f][s][0]:features.offsets[f][e][1]]
-    return predictions

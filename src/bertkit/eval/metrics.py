@@ -89,7 +89,7 @@ def spearman(x, y) -> float:
 
 
 def task_metrics(spec, preds, labels) -> dict[str, float]:
-    """Every metric of a task (a bertkit.data.tasks.TaskSpec), as percentages.
+    """Every metric of a task (a bertkit.data.glue.TaskSpec), as percentages.
 
     Classification: `preds` and `labels` are label values (as in spec.labels; compared as
     strings). Regression: numbers.

@@ -5,6 +5,9 @@ Normalisation, in the official order: lower case; delete every ASCII punctuation
 space; collapse white space. F1 is over the bags of normalised white-space tokens. Each question
 scores the maximum over its gold answers; a question with no prediction scores 0 and still
 counts in the total. Both scores are percentages of all gold questions.
+
+`decode_answers` turns a model's start/end logits over the windows of `bertkit.data.squad` back
+into answer text, as BERT's run_squad.py does.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+
+import numpy as np
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -66,3 +71,49 @@ def evaluate(examples_or_gold_json, predictions: dict[str, str]) -> dict[str, fl
         "count": count,
         "missing": missing,
     }
+
+
+def decode_answers(examples, features, start_logits, end_logits, n_best: int = 20,
+                   max_answer_len: int = 30) -> dict[str, str]:
+    """The best answer text per example id across all its windows (highest start + end logit).
+
+    `start_logits[f]` and `end_logits[f]` hold window f's logits (longer rows are cut to the
+    window). A span is valid when both ends are context tokens, start <= end, it has at most
+    max_answer_len tokens, and its start token has max context in that window.
+    """
+    best: dict[int, tuple[float, int, int, int]] = {}
+    for f in range(len(features)):
+        span = _best_span(features, f, start_logits[f], end_logits[f], n_best, max_answer_len)
+        if span is None:
+            continue
+        example = int(features.example_index[f])
+        if example not in best or span[0] > best[example][0]:
+            best[example] = (span[0], f, span[1], span[2])
+    predictions = {}
+    for index, example in enumerate(examples):
+        if index not in best:
+            predictions[example.id] = ""
+            continue
+        _, f, s, e = best[index]
+        predictions[example.id] = example.context[features.offsets[f][s][0]:features.offsets[f][e][1]]
+    return predictions
+
+
+def _best_span(features, f: int, start_row, end_row, n_best: int, max_answer_len: int):
+    """(score, start, end) of window f's best valid span among its n_best starts and ends; or None."""
+    n = len(features.offsets[f])
+    start_logits = np.asarray(start_row, dtype=np.float64)[:n]
+    end_logits = np.asarray(end_row, dtype=np.float64)[:n]
+    allowed_start = np.asarray([o is not None for o in features.offsets[f]])
+    allowed_end = allowed_start.copy()
+    if features.max_context:
+        allowed_start &= np.asarray(features.max_context[f], dtype=bool)
+    starts = np.argsort(-start_logits, kind="stable")[:n_best]  # (S,) best first
+    ends = np.argsort(-end_logits, kind="stable")[:n_best]  # (E,)
+    length = ends[None, :] - starts[:, None] + 1  # (S, E) tokens in each candidate span
+    valid = allowed_start[starts][:, None] & allowed_end[ends][None, :] & (length >= 1) & (length <= max_answer_len)
+    if not valid.any():
+        return None
+    score = np.where(valid, start_logits[starts][:, None] + end_logits[ends][None, :], -np.inf)
+    i, j = np.unravel_index(np.argmax(score), score.shape)  # first maximum: best start, then end
+    return float(score[i, j]), int(starts[i]), int(ends[j])

@@ -1,4 +1,4 @@
-"""Fine-tuning: one explicit loop for every task (GLUE, your own tables, NER, SQuAD).
+"""The fine-tuning loop: one explicit loop for every task (GLUE, your own tables, NER, SQuAD).
 
 The paper's recipe (§4 and Appendix A.3): start from the pretrained weights, add one output
 layer, train everything end to end for a few epochs with Adam (weight decay 0.01, none on biases
@@ -9,12 +9,13 @@ pretrained weights and report every seed, the median and the standard deviation.
 
 The saved model (`OUT/model`) is the seed with the best dev main metric, as it stands after its
 last epoch (no per-epoch checkpoint selection); `OUT/predictions.*` are that model's dev
-predictions, so `bertkit evaluate` on the same file reproduces its numbers.
+predictions, so `bertkit evaluate` on the same file reproduces its numbers. The loop knows tasks
+only through `bertkit.finetune.task.Task`; the model comes from a factory (the task's own by
+default), so another implementation of the same head can be trained with the same recipe.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import statistics
@@ -27,44 +28,10 @@ import torch
 from torch import nn
 
 from bertkit.errors import UserError
-from bertkit.io import atomic_dir, atomic_path, write_json
-from bertkit.train.finetune_tasks import Runtime, to_device
+from bertkit.finetune.registry import RUN_FILE
+from bertkit.finetune.task import Prepared, Runtime, Task
+from bertkit.io import atomic_dir, write_json
 from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
-
-RUN_FILE = "finetune.json"  # in OUT/model: the task and encoding options `bertkit evaluate` reuses
-GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli")
-TASKS = (*GLUE_TASKS, "classify", "regress", "squad", "ner")
-
-
-def make_task(name: str, tokenizer, max_seq_len: int | None = None, text_columns: list[str] | None = None,
-              label_column: str | None = None, labels: list[str] | None = None, feature_based: bool = False,
-              model_dir: Path | None = None, rt: Runtime | None = None, layers: tuple[int, ...] | None = None):
-    """The task object for a task name (see TASKS). `labels` fixes the label set (a saved model's);
-    otherwise GLUE's official set, or the training set's (`fit_labels`) for your own data."""
-    from bertkit.data.tasks import custom_spec, glue_task, read_glue, read_table
-    from bertkit.train.finetune_tasks import QATask, SequenceTask, TokenTask
-
-    if name == "squad":
-        return QATask(tokenizer, max_seq_len or 384)
-    seq_len = max_seq_len or 128
-    if name == "ner":
-        if not feature_based:
-            return TokenTask(labels, tokenizer, seq_len)
-        from bertkit.train.feature_tagger import FeatureTaggerTask
-
-        return FeatureTaggerTask(labels, tokenizer, seq_len, model_dir, rt, layers or (-4, -3, -2, -1))
-    if name in GLUE_TASKS:
-        return SequenceTask(glue_task(name), lambda path: read_glue(name, path), tokenizer, seq_len)
-    if name not in ("classify", "regress"):
-        raise UserError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
-    if not text_columns or not label_column:
-        raise UserError(f"task {name} needs --text-columns a[,b] and --label-column c")
-    if len(text_columns) > 2:
-        raise UserError(f"--text-columns takes one or two names, got {len(text_columns)}")
-    kind = "classification" if name == "classify" else "regression"
-    spec = custom_spec(name, kind, labels if kind == "classification" else None)
-    spec = dataclasses.replace(spec, pair=len(text_columns) == 2)
-    return SequenceTask(spec, lambda path: read_table(path, text_columns, label_column, kind), tokenizer, seq_len)
 
 
 @dataclass
@@ -122,18 +89,16 @@ def epoch_batches(lengths: list[int], batch_size: int, g: torch.Generator, group
     return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
 
 
-def train_seed(task, model: nn.Module, train: dict, dev: dict, hp: Hyper, rt: Runtime, seed: int,
-               log=print) -> tuple[SeedRun, list]:
+def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime,
+               seed: int, log=print) -> tuple[SeedRun, list]:
     """Train `model` on `train` for hp.epochs, scoring `dev` after each epoch.
 
     Returns the run record and the last epoch's dev predictions.
     """
     start = time.time()
     g = torch.Generator().manual_seed(seed)
-    features = train["features"]
-    n = len(features)
-    lengths = [len(f["input_ids"] if "input_ids" in f else f["features"]) for f in features]
-    per_epoch = math.ceil(n / hp.batch_size)
+    features = train.features
+    per_epoch = math.ceil(len(features) / hp.batch_size)
     total = per_epoch * hp.epochs
     warm = warmup_steps(hp.warmup, total)
     model.to(rt.device)
@@ -146,11 +111,11 @@ def train_seed(task, model: nn.Module, train: dict, dev: dict, hp: Hyper, rt: Ru
     for epoch in range(1, hp.epochs + 1):
         model.train()
         first = len(step_losses)
-        for indices in epoch_batches(lengths, hp.batch_size, g, hp.group_by_length):
+        for indices in epoch_batches(train.lengths, hp.batch_size, g, hp.group_by_length):
             lr = lr_at(step, total, warm, hp.lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch = to_device(task.collate([features[j] for j in indices]), rt.device)
+            batch = task.collate([features[j] for j in indices]).to(rt.device)
             with rt.autocast():
                 loss = task.loss(model, batch)
             loss.backward()
@@ -196,10 +161,14 @@ def summarize(runs: list[SeedRun]) -> dict:
     return out
 
 
-def finetune(task, model_dir: Path, train: dict, dev: dict, hp: Hyper, rt: Runtime, out: Path,
-             tokenizer, run_info: dict, log=print) -> dict:
-    """Fine-tune one model per seed; save the best seed's model, predictions, results and plots."""
-    if not train["features"]:
+def finetune(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime, out: Path,
+             tokenizer, run_info: dict, log=print, new_model=None) -> dict:
+    """Fine-tune one model per seed; save the best seed's model, predictions, results and plots.
+
+    `new_model(task, model_dir)` builds each seed's model (default: the task's own head)."""
+    from bertkit.plots import plot_finetuning
+
+    if not train.features:
         raise UserError("no training features (is the training file empty?)")
     out.mkdir(parents=True, exist_ok=True)
     runs: list[SeedRun] = []
@@ -207,7 +176,7 @@ def finetune(task, model_dir: Path, train: dict, dev: dict, hp: Hyper, rt: Runti
     start = time.time()
     for seed in hp.seeds:
         set_seed(seed)
-        model = task.new_model(model_dir)
+        model = new_model(task, model_dir) if new_model is not None else task.new_model(model_dir)
         run, predictions = train_seed(task, model, train, dev, hp, rt, seed, log)
         runs.append(run)
         score = run.dev.get(task.main_metric, -math.inf)
@@ -215,14 +184,15 @@ def finetune(task, model_dir: Path, train: dict, dev: dict, hp: Hyper, rt: Runti
             best = (seed, score)
             with atomic_dir(out / "model") as tmp:
                 task.save_model(model.to("cpu"), tmp, tokenizer)
-                write_json(tmp / RUN_FILE, run_info)
+                write_json(tmp / RUN_FILE, {**task.settings(), **run_info})
             task.write_predictions(out / f"predictions{task.prediction_suffix}", dev, predictions)
         del model
     results = {
-        **{k: run_info[k] for k in ("task", "model", "train", "dev") if k in run_info},
+        "task": task.name,
+        **{k: run_info[k] for k in ("model", "train", "dev") if k in run_info},
         "main_metric": task.main_metric,
-        "n_train": len(train["examples"]),
-        "n_dev": len(dev["examples"]),
+        "n_train": len(train.examples),
+        "n_dev": len(dev.examples),
         "seeds": [asdict(r) for r in runs],
         "summary": summarize(runs),
         "saved_seed": best[0],
@@ -232,36 +202,5 @@ def finetune(task, model_dir: Path, train: dict, dev: dict, hp: Hyper, rt: Runti
         "args": run_info.get("args", {}),
     }
     write_json(out / "results.json", results)
-    plot_curves(runs, task.main_metric, out)
+    plot_finetuning([asdict(r) for r in runs], task.main_metric, out)
     return results
-
-
-def plot_curves(runs: list[SeedRun], metric: str, out: Path) -> None:
-    """train_loss.png (loss per step, one line per seed) and dev_<metric>.png (per epoch)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for name, draw in (("train_loss", _draw_loss), (f"dev_{metric}", _draw_dev)):
-        fig, ax = plt.subplots(figsize=(7, 4))
-        draw(ax, runs, metric)
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend()
-        with atomic_path(out / f"{name}.png") as tmp:
-            fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
-        plt.close(fig)
-
-
-def _draw_loss(ax, runs: list[SeedRun], metric: str) -> None:
-    for r in runs:
-        ax.plot(range(1, len(r.train_loss) + 1), r.train_loss, label=f"seed {r.seed}", linewidth=0.8)
-    ax.set(xlabel="step", ylabel="training loss", title="Fine-tuning loss")
-
-
-def _draw_dev(ax, runs: list[SeedRun], metric: str) -> None:
-    for r in runs:
-        xs = [e["epoch"] for e in r.epochs if metric in e]
-        ax.plot(xs, [e[metric] for e in r.epochs if metric in e], marker="o", label=f"seed {r.seed}")
-    ax.set(xlabel="epoch", ylabel=f"dev {metric}", title=f"Dev {metric} per epoch")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 
-from bertkit.bench.cases import Workload
-from bertkit.bench.timing import Contender, max_abs_diffs
+from bertkit.benchmark.spec import Workload
+from bertkit.benchmark.timing import Contender, max_abs_diffs
 
 
 def _measures(c: Contender, w: Workload, rate: float) -> dict:

@@ -6,7 +6,8 @@ implementation that computes more (transformers' full-vocabulary MLM logits) get
   encoder's matrices (QKV, attention output, FFN in/out of every layer; embeddings are lookups);
 - attention: QK^T and AV, 2 * 2 * L^2 * C per sequence of L real tokens per layer, forward;
 - MLM head (training only): transform (C x C) and decoder (C x V) on the labelled ~15% of tokens.
-MFU is useful FLOP/s over the matrix rate, measured here: a large fp32 matmul on CPU, bf16 on GPU.
+MFU is useful FLOP/s over the matrix rate: the benchmark measures it (a large fp32 matmul on
+CPU, bf16 on GPU); the pretraining status line uses the GPU's datasheet peak instead.
 """
 
 from __future__ import annotations
@@ -37,6 +38,20 @@ def step_flops(config: BertConfig, lengths: list[int], labelled: int = 0, traini
     attention = (factor // 2) * 4 * C * config.num_hidden_layers * sum(L * L for L in lengths)
     head = factor * (C * C + C * V) * labelled if training else 0
     return float(dense + attention + head)
+
+
+# Dense bf16 tensor-core peaks (FLOP/s) by device name; fp32 runs use TF32, half of these.
+_PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
+              "L4": 121e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+def peak_flops(device: torch.device, precision: str) -> float | None:
+    """A known GPU's datasheet matrix peak for `precision`; None on CPU or an unknown GPU."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    peak = next((v for k, v in _PEAK_BF16.items() if k in name), None)
+    return None if peak is None else peak * (1.0 if precision == "bf16" else 0.5)
 
 
 def _sync(device: torch.device) -> None:

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import torch
 
+from bertkit.flops import peak_flops, step_flops
 from bertkit.io import write_text
-from bertkit.train.plots import write_plots
-
-# Dense bf16 tensor-core peaks (FLOP/s) by device name; fp32 runs use TF32, half of these.
-_PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
-              "L4": 121e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+from bertkit.plots import write_plots
 
 
 class RunLog:
@@ -57,26 +54,15 @@ def _read_records(path: Path) -> list[dict]:
     return records
 
 
-def _peak_flops(device: torch.device, precision: str) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    peak = next((v for k, v in _PEAK_BF16.items() if k in name), None)
-    return None if peak is None else peak * (1.0 if precision == "bf16" else 0.5)
-
-
 class Throughput:
     """Losses summed on the device between logging steps, tokens/s, MFU and ETA."""
 
     def __init__(self, model, cfg, seq_len: int, device: torch.device, step: int, elapsed: float):
-        c = model.config
-        embedding = sum(p.numel() for n, p in model.named_parameters() if ".embeddings." in f".{n}")
-        # 6 FLOPs per parameter per token (forward + backward), attention's scores and values,
-        # and the tied decoder applied at the masked positions only.
-        self.flops_per_token = (6 * (sum(p.numel() for p in model.parameters()) - embedding)
-                                + 12 * c.num_hidden_layers * c.hidden_size * seq_len
-                                + 6 * c.hidden_size * c.vocab_size * cfg.mask_rate)
-        self.peak = _peak_flops(device, cfg.precision)
+        # The benchmark's useful-FLOP accounting (bertkit.flops): encoder matrices, attention,
+        # and the MLM head at the labelled positions only.
+        labelled = round(cfg.batch_size * seq_len * cfg.mask_rate)
+        self.flops_per_step = step_flops(model.config, [seq_len] * cfg.batch_size, labelled, training=True)
+        self.peak = peak_flops(device, cfg.precision)
         self.tokens_per_step = cfg.batch_size * seq_len
         self.losses = torch.zeros(3, device=device)
         self.steps = 0
@@ -96,7 +82,7 @@ class Throughput:
         seconds = max(now - self.mark_time, 1e-9)
         per_step = seconds / max(step - self.mark_step, 1)
         tokens_per_s = self.tokens_per_step / per_step
-        mfu = tokens_per_s * self.flops_per_token / self.peak if self.peak else None
+        mfu = self.flops_per_step / per_step / self.peak if self.peak else None
         eta = budget - elapsed if budget is not None else (total - step) * per_step
         self.mark_step, self.mark_time = step, now
         return {"tokens_per_s": tokens_per_s, "mfu": mfu, "elapsed": elapsed, "eta_s": max(eta, 0.0),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
-from bertkit.train.objective import OBJECTIVES
+from bertkit.pretrain.objective import OBJECTIVES
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class TrainConfig:
     weight_decay: float = 0.01  # decoupled, not on biases and LayerNorm
     mask_rate: float = 0.15  # fraction of tokens predicted
     whole_word_mask: bool = False  # mask all pieces of a word together
-    mask_all: bool = False  # ablation: every chosen token becomes [MASK] (no 10/10 keep/random)
+    mask_rule: str = "80/10/10"  # of the chosen tokens, percent [MASK] / random / kept (Table 8's ablations)
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     compile: bool = False  # torch.compile the model
     save_every: int = 1000  # steps between checkpoints
@@ -50,22 +50,32 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
-            raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+            raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
         if self.precision not in ("fp32", "bf16"):
-            raise UserError(f"--precision must be fp32 or bf16, not {self.precision!r}")
+            raise UserError(f"precision must be fp32 or bf16, not {self.precision!r}")
         if self.steps is not None and self.minutes is not None:
-            raise UserError("give --steps or --minutes, not both")
+            raise UserError("give steps or minutes, not both")
         for name in ("batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
             if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+                raise UserError(f"{name} must be at least 1, not {getattr(self, name)}")
         if (self.steps is not None and self.steps < 1) or (self.minutes is not None and self.minutes <= 0):
-            raise UserError("--steps / --minutes must be positive")
+            raise UserError("steps / minutes must be positive")
         if self.minutes is not None and self.warmup >= 1:
-            raise UserError("with --minutes, give --warmup as a fraction of the run (below 1)")
+            raise UserError("with a time budget (minutes), give warmup as a fraction of the run (below 1)")
         if self.warmup < 0:
-            raise UserError(f"--warmup must be >= 0, not {self.warmup}")
+            raise UserError(f"warmup must be >= 0, not {self.warmup}")
         if not 0 < self.mask_rate < 1:
-            raise UserError(f"--mask-rate must be between 0 and 1, not {self.mask_rate}")
+            raise UserError(f"mask_rate must be between 0 and 1, not {self.mask_rate}")
+        try:
+            self.masking()
+        except ValueError as e:
+            raise UserError(str(e)) from None
+
+    def masking(self):
+        """The run's MaskingConfig: rate, the MASK/random/keep rule, whole words or pieces."""
+        from bertkit.data.masking import MaskingConfig
+
+        return MaskingConfig.from_rule(self.mask_rule, self.mask_rate, self.whole_word_mask)
 
     @property
     def total_steps(self) -> int | None:
@@ -79,7 +89,7 @@ class TrainConfig:
 
 
 # Arguments a resumed run must share with the run it continues: they fix what it computes.
-_RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_all")
+_RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule")
 
 
 def parse_overrides(text: str | None) -> dict:

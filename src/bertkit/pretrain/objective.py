@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-IGNORE = -100
+from bertkit.config import IGNORE_INDEX
+
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
 
 
@@ -27,10 +28,10 @@ def derived_seed(*parts: int) -> int:
 
 
 def next_token_labels(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """labels[t] = input_ids[t+1] where both t and t+1 are real tokens, else IGNORE. (B, T)"""
-    labels = torch.full_like(input_ids, IGNORE)
+    """labels[t] = input_ids[t+1] where both t and t+1 are real tokens, else IGNORE_INDEX. (B, T)"""
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
     both = attention_mask[:, :-1].bool() & attention_mask[:, 1:].bool()  # (B, T-1)
-    labels[:, :-1] = torch.where(both, input_ids[:, 1:], IGNORE)
+    labels[:, :-1] = torch.where(both, input_ids[:, 1:], IGNORE_INDEX)
     return labels
 
 
@@ -72,7 +73,7 @@ class Objective:
         out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"],
                     token_type_ids=inputs["token_type_ids"], labels=inputs["labels"])
         y = inputs["labels"].reshape(-1)
-        y = y[y != IGNORE]  # (N,), the row-major order of the head's (N, V) logits
+        y = y[y != IGNORE_INDEX]  # (N,), the row-major order of the head's (N, V) logits
         logits = out.logits.float()
         sums = {
             "token_loss": F.cross_entropy(logits, y, reduction="sum"),
@@ -104,7 +105,7 @@ def evaluate(model, objective: Objective, dataset, device: torch.device, samples
         inputs = objective.prepare(batch, device, 1 << 40, number)  # a step no training run reaches
         with autocast():
             sums = objective.loss_sums(model, inputs)
-        tokens += (inputs["labels"] != IGNORE).sum()
+        tokens += (inputs["labels"] != IGNORE_INDEX).sum()
         for k, v in sums.items():
             totals[k] = totals.get(k, 0) + v.float()
     model.train(was_training)

@@ -1,4 +1,4 @@
-"""The benchmark cases: what each one runs, for bertkit and for transformers, on the same weights.
+"""The model cases: what each one runs, for bertkit and for transformers, on the same weights.
 
 Every model case builds our model with a fixed seed, saves it as a Hugging Face directory and
 loads that directory into transformers' class of the same name, so both start from identical
@@ -11,80 +11,19 @@ transformers is a test/bench dependency only: it is imported here, inside functi
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import tempfile
-from dataclasses import dataclass, field
 
 import torch
 
-from bertkit.bench.flops import step_flops
-from bertkit.bench.lengths import dev_lengths, sample_batches
-from bertkit.bench.timing import Contender
-from bertkit.config import BertConfig
-from bertkit.errors import UserError
-
-
-@dataclass(frozen=True)
-class CaseSpec:
-    name: str
-    kind: str  # "pretrain", "infer", "varlen" or "data"
-    devices: tuple[str, ...]  # device types the case runs on
-    batch: dict[str, int] = field(default_factory=dict)  # sequences per batch, by device type
-    preset: str = "base"
-    seq_len: int = 128
-    task: str | None = None  # length distribution of a varlen case
-    int8: bool = False  # bertkit runs dynamically quantized (CPU)
-    batches: dict[str, int] = field(default_factory=dict)  # varlen: batches per timed step
-
-
-CASES: dict[str, CaseSpec] = {c.name: c for c in (
-    CaseSpec("pretrain-base-s128-b256", "pretrain", ("cuda",), {"cuda": 256}),
-    CaseSpec("pretrain-base-s512-b64", "pretrain", ("cuda",), {"cuda": 64}, seq_len=512),
-    CaseSpec("pretrain-large-s128-b128", "pretrain", ("cuda",), {"cuda": 128}, preset="large"),
-    CaseSpec("pretrain-mini-s128-b32", "pretrain", ("cpu", "cuda"), {"cpu": 32, "cuda": 32}, preset="mini"),
-    CaseSpec("infer-base-s128", "infer", ("cpu", "cuda"), {"cpu": 8, "cuda": 256}),
-    CaseSpec("infer-base-s128-int8", "infer", ("cpu",), {"cpu": 8}, int8=True),
-    *(CaseSpec(f"infer-varlen-{t}", "varlen", ("cpu", "cuda"), {"cpu": 8, "cuda": 128}, task=t,
-               seq_len=384 if t == "squad" else 128, batches={"cpu": 3, "cuda": 8}) for t in ("sst2", "mrpc", "squad")),
-    CaseSpec("data-prepare", "data", ("cpu",)),
-    CaseSpec("data-masking", "data", ("cpu", "cuda"), {"cpu": 256, "cuda": 256}),
-)}
-
-
-@dataclass
-class Workload:
-    """A built case: its contenders (bertkit first, transformers second) and its size per step."""
-
-    spec: CaseSpec
-    contenders: list[Contender]
-    sequences: int  # per step
-    tokens: int  # real tokens per step
-    flops: float | None  # useful FLOPs per step
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Options:
-    device: torch.device
-    compile: bool = False  # torch.compile bertkit (and add compiled transformers on CUDA)
-    int8: bool = False  # quantize bertkit in every CPU inference case
-
-
-def transformers_module():
-    try:
-        import transformers
-    except ImportError:
-        raise UserError("bench compares against transformers, which is not installed: "
-                        "pip install 'bertkit[test]' (or pip install transformers)") from None
-    transformers.logging.set_verbosity_error()
-    return transformers
-
-
-def autocast_for(device: torch.device):
-    if device.type == "cuda":
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext
+from bertkit.benchmark.lengths import dev_lengths, sample_batches
+from bertkit.benchmark.spec import CaseSpec, Options, Workload, autocast_for, transformers_module
+from bertkit.benchmark.timing import Contender
+from bertkit.config import IGNORE_INDEX, BertConfig
+from bertkit.data.batching import length_mask
+from bertkit.data.masking import Masker, MaskingConfig
+from bertkit.flops import step_flops
+from bertkit.train.optim import build_optimizer
 
 
 def _pair(our_cls, hf_name: str, config: BertConfig, device: torch.device, copies: int = 1):
@@ -100,29 +39,18 @@ def _pair(our_cls, hf_name: str, config: BertConfig, device: torch.device, copie
 
 
 def _optimizer(model: torch.nn.Module):
-    try:
-        from bertkit.train.optim import build_optimizer
-    except ImportError:  # the training package is optional for the benchmark
-        return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=next(model.parameters()).is_cuda or None)
     return build_optimizer(model, lr=1e-4, weight_decay=0.01)
 
 
 def pretrain_batch(config: BertConfig, B: int, T: int, device: torch.device, seed: int = 0) -> dict:
-    """Full-length [CLS] A [SEP] B [SEP] instances with BERT's masking (B's Masker when present)."""
+    """Full-length [CLS] A [SEP] B [SEP] instances with BERT's 80/10/10 masking."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, config.vocab_size, (B, T), generator=g)
     ids[:, 0], ids[:, T // 2], ids[:, -1] = 101, 102, 102
     segments = (torch.arange(T) > T // 2).long().expand(B, T).contiguous()
     mask = torch.ones(B, T, dtype=torch.long)
-    try:
-        from bertkit.data.masking import Masker, MaskingConfig
-
-        masker = Masker(MaskingConfig(), config.vocab_size, mask_id=103, special_ids=[0, 100, 101, 102, 103])
-        ids, labels = masker(ids, mask, g)
-    except ImportError:
-        chosen = torch.rand(B, T, generator=g) < 0.15
-        labels = torch.where(chosen, ids, torch.full_like(ids, -100))
-        ids = torch.where(chosen, torch.full_like(ids, 103), ids)
+    masker = Masker(MaskingConfig(), config.vocab_size, mask_id=103, special_ids=[0, 100, 101, 102, 103])
+    ids, labels = masker(ids, mask, g)
     nsp = torch.randint(0, 2, (B,), generator=g)
     # No attention mask: pretraining instances are full length, so SDPA may use flash kernels.
     batch = {"input_ids": ids, "token_type_ids": segments, "labels": labels, "next_sentence_label": nsp}
@@ -164,7 +92,7 @@ def _eval_outputs(model, batch: dict, autocast, select=None):
 
 def compiled(model, device: torch.device):
     # Per block, as `bertkit pretrain --compile` does (see `compile_blocks` for why).
-    from bertkit.model import compile_blocks
+    from bertkit.train.compile import compile_blocks
 
     return compile_blocks(model)
 
@@ -185,7 +113,7 @@ def build_pretrain(spec: CaseSpec, opts: Options) -> Workload:
     ]
     if second_reference:
         contenders.append(_train_contender("transformers-compiled", theirs[1], torch.compile(theirs[1]), batch, ac))
-    labelled = int((batch["labels"] != -100).sum())
+    labelled = int((batch["labels"] != IGNORE_INDEX).sum())
     flops = step_flops(config, [T] * B, labelled, training=True)
     notes = [f"{labelled} labelled positions of {B * T}", "dropout 0.1 on for both"]
     return Workload(spec, contenders, B, B * T, flops, notes)
@@ -210,7 +138,7 @@ def _varlen_batches(spec: CaseSpec, device: torch.device) -> tuple[list[dict], l
     for row_lengths in sample_batches(lengths, B, n):
         T = int(row_lengths.max())
         ids = torch.randint(1000, 30522, (B, T), generator=g)
-        mask = (torch.arange(T)[None, :] < torch.as_tensor(row_lengths)[:, None]).long()  # (B, T)
+        mask = length_mask(row_lengths, T)  # (B, T)
         ids = torch.where(mask.bool(), ids, torch.zeros_like(ids))  # [PAD] = 0 on the right
         ids[:, 0] = 101
         batches.append({"input_ids": ids.to(device), "attention_mask": mask.to(device)})
@@ -256,25 +184,7 @@ def build_infer(spec: CaseSpec, opts: Options) -> Workload:
     return Workload(spec, contenders, len(lengths), sum(lengths), step_flops(config, lengths), notes)
 
 
-def build(spec: CaseSpec, opts: Options) -> Workload:
+def build_model_case(spec: CaseSpec, opts: Options) -> Workload:
     if spec.kind == "pretrain":
         return build_pretrain(spec, opts)
-    if spec.kind in ("infer", "varlen"):
-        return build_infer(spec, opts)
-    from bertkit.bench.data_cases import build_data
-
-    return build_data(spec, opts)
-
-
-def selected(names: str | None, device: torch.device) -> list[CaseSpec]:
-    """The named cases (comma-separated), or every case that runs on this device type."""
-    if not names:
-        return [c for c in CASES.values() if device.type in c.devices]
-    out = []
-    for name in (n.strip() for n in names.split(",") if n.strip()):
-        if name not in CASES:
-            raise UserError(f"unknown case {name!r}; cases: {', '.join(CASES)}")
-        if device.type not in CASES[name].devices:
-            raise UserError(f"case {name} runs on {'/'.join(CASES[name].devices)} only, not {device.type}")
-        out.append(CASES[name])
-    return out
+    return build_infer(spec, opts)

@@ -20,18 +20,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.config import IGNORE_INDEX
 from bertkit.devices import resolve_device
 from bertkit.errors import UserError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining
-from bertkit.model import compile_blocks
+from bertkit.hf import config_to_dict
 from bertkit.io import write_json
-from bertkit.train.checkpoint import (latest_checkpoint, load_optimizer, remove_partial, save_checkpoint,
-                                      write_model_copy)
+from bertkit.pretrain.objective import Objective, derived_seed, evaluate, slice_rows
+from bertkit.pretrain.report import RunLog, Throughput, status_line
+from bertkit.pretrain.setup import TrainConfig, check_run_dir, model_config, open_data
+from bertkit.train.checkpoint import (
+    latest_checkpoint,
+    load_optimizer,
+    remove_partial,
+    save_checkpoint,
+    write_model_copy,
+)
+from bertkit.train.compile import compile_blocks
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
-from bertkit.train.objective import IGNORE, Objective, derived_seed, evaluate, slice_rows
 from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
-from bertkit.train.report import RunLog, Throughput, status_line
-from bertkit.train.setup import TrainConfig, check_run_dir, model_config, open_data
 
 
 class DataStream:
@@ -116,11 +123,9 @@ def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
 def _objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
     if cfg.objective == "ltr":
         return Objective("ltr", None, cfg.seed)
-    from bertkit.data import Masker, MaskingConfig, continuation_table
+    from bertkit.data import Masker, continuation_table
 
-    masking = MaskingConfig(rate=cfg.mask_rate, mask_prob=1.0 if cfg.mask_all else 0.8,
-                            random_prob=0.0 if cfg.mask_all else 0.1, whole_word=cfg.whole_word_mask)
-    masker = Masker(masking, int(manifest["vocab_size"]), int(manifest["mask_id"]),
+    masker = Masker(cfg.masking(), int(manifest["vocab_size"]), int(manifest["mask_id"]),
                     list(manifest["special_ids"]), continuation_table(tokenizer))
     return Objective(cfg.objective, masker, cfg.seed)
 
@@ -156,7 +161,7 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
     if d.is_main:
         remove_partial(cfg.out)
         write_json(Path(cfg.out) / "config.json", {
-            "model": model.config.to_dict(), "train": cfg.to_dict(), "data": train.manifest,
+            "model": config_to_dict(model.config), "train": cfg.to_dict(), "data": train.manifest,
             "world_size": d.world_size, "device": str(device)})
         print(f"{'resuming from ' + str(checkpoint.path) if checkpoint else 'starting'}: "
               f"{sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training sequences, "
@@ -246,7 +251,7 @@ class _Loop:
         prepared = [self.objective.prepare(self.train.batch(indices[m * micro : (m + 1) * micro]),
                                            self.device, step, m) for m in range(cfg.grad_accum)]
         # Divide by counts over the whole global batch so the gradient is that of its mean.
-        tokens = sum((p["labels"] != IGNORE).sum() for p in prepared).clamp(min=1).float()
+        tokens = sum((p["labels"] != IGNORE_INDEX).sum() for p in prepared).clamp(min=1).float()
         losses = torch.zeros(3, device=self.device)
         for m, inputs in enumerate(prepared):
             last = m == cfg.grad_accum - 1

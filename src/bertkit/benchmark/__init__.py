@@ -1,8 +1,9 @@
 """`bertkit bench`: bertkit against transformers, side by side, in one process, on the same weights.
 
-cases.py says what each case runs, data_cases.py the data-pipeline cases, lengths.py where the
-variable-length cases get their real dev-set lengths, flops.py the useful-FLOP accounting and
-the measured matrix rate, timing.py the interleaved timing, reporting.py the JSON records.
+spec.py says what a case is (and lists them), cases.py builds the model cases, data_cases.py the
+data-pipeline cases, lengths.py gives the variable-length cases their real dev-set lengths,
+timing.py times contenders interleaved, reporting.py writes the JSON records; the useful-FLOP
+accounting and the matrix rate are `bertkit.flops`, shared with the pretraining status line.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ from collections.abc import Callable
 
 import torch
 
-from bertkit.bench.cases import CASES, CaseSpec, Options, build, selected
-from bertkit.bench.flops import matrix_rate
-from bertkit.bench.reporting import compare_outputs, markdown_table, record, summary_line
-from bertkit.bench.timing import measure_peak, time_interleaved
+from bertkit.benchmark.cases import build_model_case
+from bertkit.benchmark.data_cases import build_data
+from bertkit.benchmark.reporting import compare_outputs, markdown_table, record, summary_line
+from bertkit.benchmark.spec import CASES, CaseSpec, Options, Workload, selected
+from bertkit.benchmark.timing import measure_peak, time_interleaved
+from bertkit.flops import matrix_rate
 
 __all__ = ["CASES", "Options", "run_benchmarks", "markdown_table", "selected"]
+
+
+def build(spec: CaseSpec, opts: Options) -> Workload:
+    return build_data(spec, opts) if spec.kind == "data" else build_model_case(spec, opts)
 
 
 def run_case(spec: CaseSpec, opts: Options, rate: float, repeats: int, warmup: int,

@@ -10,7 +10,6 @@ DataCollatorForLanguageModeling, which pads and masks a list of examples on the 
 from __future__ import annotations
 
 import atexit
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertkit.bench.cases import CaseSpec, Options, Workload, transformers_module
-from bertkit.bench.lengths import shared_data_dir
-from bertkit.bench.timing import Contender
+from bertkit.benchmark.lengths import shared_data_dir
+from bertkit.benchmark.spec import CaseSpec, Options, Workload, transformers_module
+from bertkit.benchmark.timing import Contender
 from bertkit.errors import UserError
 
 MASKING_BATCHES = 8  # batches per timed step
@@ -95,7 +94,7 @@ def _stand_in_vocab() -> Path:
 
 
 def build_prepare(spec: CaseSpec, opts: Options) -> Workload:
-    from bertkit.cli import main as bertkit_main
+    from bertkit.data.prepare import PrepareOptions, prepare_corpus
 
     data = shared_data_dir()
     if data is None:
@@ -107,11 +106,7 @@ def build_prepare(spec: CaseSpec, opts: Options) -> Workload:
     counts = {}
 
     def step():
-        argv = ["prepare", "--input", str(corpus), "--tokenizer", str(_vocab_dir()), "--out", str(out),
-                "--workers", "2"]
-        if bertkit_main(argv) != 0:
-            raise RuntimeError("bertkit prepare failed: see its message above")
-        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+        manifest = prepare_corpus([corpus], _vocab_dir(), out, PrepareOptions(workers=2))
         counts["tokens"] = manifest["corpus"]["tokens"]
         counts["instances"] = sum(s["instances"] for s in manifest["splits"].values())
 

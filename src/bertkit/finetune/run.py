@@ -1,0 +1,102 @@
+"""`bertkit finetune` as one library call: files in, a fine-tuned model and its results out.
+
+`FinetuneJob` is everything the command is asked; `run_job` reads and encodes the data, builds
+the task and runs the fine-tuning loop, and returns results.json's content. The demo, the
+ablation runner and the benchmarks call it directly; `bench/hf_finetune.py` passes transformers'
+model as `new_model` to train it with the same recipe.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bertkit.finetune.loop import Hyper, finetune
+from bertkit.finetune.registry import make_task
+from bertkit.finetune.task import Runtime, Task
+
+
+@dataclass
+class FinetuneJob:
+    model: str  # pretrained model directory
+    task: str  # see bertkit.finetune.registry.TASKS
+    train: str
+    out: str
+    dev: str | None = None  # None: squad with split_articles evaluates on the held-out articles
+    hyper: Hyper = field(default_factory=Hyper)
+    max_seq_len: int | None = None  # default 128, squad 384
+    text_columns: list[str] | None = None  # classify / regress
+    label_column: str | None = None
+    feature_based: bool = False  # ner: BiLSTM on frozen features
+    layers: tuple[int, ...] | None = None  # feature_based: hidden states to concatenate
+    split_articles: int | None = None  # squad: train on K articles of `train`
+    max_train_examples: int | None = None  # a random subset of the training examples (seed 0)
+    device: str = "auto"
+    precision: str = "fp32"
+    eval_batch_size: int = 64
+    progress: bool = True
+
+
+def _examples(task: Task, job: FinetuneJob) -> tuple[list, list]:
+    train = task.read(job.train)
+    if job.split_articles is not None:
+        from bertkit.data.squad import split_articles
+
+        train, held_out = split_articles(train, job.split_articles, seed=0)
+        dev = task.read(job.dev) if job.dev else held_out
+    else:
+        dev = task.read(job.dev)
+    if job.max_train_examples is not None and job.max_train_examples < len(train):
+        train = random.Random(0).sample(train, job.max_train_examples)
+    return train, dev
+
+
+def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = None) -> dict:
+    """Fine-tune as `job` says; results.json's content. `args` (the command line) is recorded."""
+    from bertkit.devices import resolve_device
+    from bertkit.hf import load_config
+    from bertkit.tokenizer import Tokenizer
+
+    model_dir = Path(job.model)
+    config = load_config(model_dir)
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
+    task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
+                     feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers)
+    t0 = time.time()
+    train_examples, dev_examples = _examples(task, job)
+    task.fit_labels(train_examples)
+    log(f"bertkit finetune: {job.task} on {len(train_examples)} training / {len(dev_examples)} dev examples; "
+        f"model {model_dir} ({config.num_hidden_layers} layers, hidden {config.hidden_size}); "
+        f"device {rt.device}, {job.precision}")
+    train = task.prepare(train_examples, train=True)
+    dev = task.prepare(dev_examples)
+    hp = job.hyper
+    steps = -(-len(train.features) // hp.batch_size) * hp.epochs
+    log(f"  encoded in {time.time() - t0:.1f}s: {len(train.features)} training features, "
+        f"{steps} steps per seed x {len(hp.seeds)} seed(s), lr {hp.lr:g}, batch {hp.batch_size}")
+    run_info = {"model": str(model_dir), "train": job.train, "dev": job.dev,
+                "args": args if args is not None else _job_dict(job)}
+    return finetune(task, model_dir, train, dev, hp, rt, Path(job.out), tokenizer, run_info,
+                    log=lambda line: log("  " + line), new_model=new_model)
+
+
+def _job_dict(job: FinetuneJob) -> dict:
+    d = asdict(job)
+    d["hyper"]["seeds"] = list(job.hyper.seeds)
+    return d
+
+
+def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, int8: bool = False):
+    """(metrics, prepared data, predictions) of a fine-tuned model on a file; `int8` quantizes it (CPU)."""
+    examples = task.read(data_path)
+    data = task.prepare(examples)
+    model = task.load_model(Path(model_dir)).to(rt.device)
+    if int8:
+        from bertkit.quantize import quantize_int8
+
+        model = quantize_int8(model, inplace=True)
+    predictions = task.predict(model, data, rt)
+    return task.score(data, predictions), data, predictions

@@ -1,0 +1,87 @@
+"""Every PNG bertkit draws, with matplotlib's Agg backend, each file written atomically.
+
+- pretraining: loss.png (training loss per logging step, validation loss per evaluation) and
+  accuracy.png (validation MLM or next-token accuracy, NSP accuracy), redrawn at each
+  evaluation so a person can watch a run by reloading an image;
+- fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (per epoch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertkit.io import atomic_path
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, dest: str | Path, dpi: int = 100) -> None:
+    plt = pyplot()
+    with atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _series(records: list[dict], kind: str, key: str) -> tuple[list[int], list[float]]:
+    rows = [r for r in records if r.get("kind") == kind and r.get(key) is not None]
+    return [r["step"] for r in rows], [r[key] for r in rows]
+
+
+def write_plots(records: list[dict], run_dir: str | Path) -> None:
+    """Draw a pretraining run's loss.png and accuracy.png from its train/val metric records."""
+    plt = pyplot()
+    run_dir = Path(run_dir)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind, key, label in (("train", "loss", "train loss"), ("val", "loss", "val loss")):
+        x, y = _series(records, kind, key)
+        if x:
+            ax.plot(x, y, label=label, marker="o" if kind == "val" else None, markersize=3)
+    ax.set(xlabel="step", ylabel="loss", title="Pretraining loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save_figure(fig, run_dir / "loss.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy"),
+                       ("next_token_accuracy", "val next-token accuracy")):
+        x, y = _series(records, "val", key)
+        if x:
+            ax.plot(x, y, label=label, marker="o", markersize=3)
+    ax.set(xlabel="step", ylabel="accuracy", title="Validation accuracy", ylim=(0, 1))
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend()
+    save_figure(fig, run_dir / "accuracy.png")
+
+
+def plot_finetuning(runs: list[dict], metric: str, out: str | Path) -> None:
+    """train_loss.png and dev_<metric>.png of a fine-tuning run's seeds (SeedRun records)."""
+    plt = pyplot()
+    out = Path(out)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        ax.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], label=f"seed {r['seed']}", linewidth=0.8)
+    ax.set(xlabel="step", ylabel="training loss", title="Fine-tuning loss")
+    _finish(ax)
+    save_figure(fig, out / "train_loss.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        points = [(e["epoch"], e[metric]) for e in r["epochs"] if metric in e]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"seed {r['seed']}")
+    ax.set(xlabel="epoch", ylabel=f"dev {metric}", title=f"Dev {metric} per epoch")
+    _finish(ax)
+    save_figure(fig, out / f"dev_{metric}.png")
+
+
+def _finish(ax) -> None:
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend()
