@@ -6,19 +6,22 @@ uncased) -> pre-tokenizer (white space and punctuation) -> WordPiece (greedy lon
 
 The pipeline is built from `vocab.txt` and `do_lower_case`, so any BERT vocabulary gives the same
 ids, type ids and offsets as transformers' BertTokenizerFast. A trained vocabulary puts the five
-special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. Training is our own
+(bertkit.wordpiece) rather than the tokenizers library's trainer, which breaks ties in hash
+order, so that the same text always gives the same vocab.txt.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bertkit.errors import UserError
 
@@ -165,24 +168,24 @@ class Tokenizer:
     @classmethod
     def train(cls, files: Iterable[str | os.PathLike], vocab_size: int = 30522, lowercase: bool = True,
               min_frequency: int = 2, limit_alphabet: int = 1000, show_progress: bool = True) -> "Tokenizer":
-        """Learn a WordPiece vocabulary from text files (.txt, .gz, .xz), streamed line by line.
+        """Learn a WordPiece vocabulary from UTF-8 text files (.txt, .gz, .xz), streamed line by line.
 
-        The trainer breaks count ties in hash order (huggingface/tokenizers#1794): two runs on one
-        corpus can number (and on ties choose) pieces differently, so keep the vocab.txt you used."""
+        The same files and options give the same vocabulary on every run and machine
+        (bertkit.wordpiece breaks every tie in a defined order). A file that is not valid UTF-8
+        (a binary file) is left out with a warning, as `bertkit prepare` leaves it out; when
+        that leaves no file, a UserError names it."""
         from bertkit.io import expand_inputs
+        from bertkit.wordpiece import learn_vocabulary, words_from_pieces
 
         paths = expand_inputs(files, suffixes=(".txt", ".gz", ".xz"))
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-            special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=show_progress,
-        )
-        bootstrap = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
-        tok = _pipeline(bootstrap, lowercase)
-        tok.train_from_iterator(_stream_lines(paths, show_progress), trainer=trainer)
-        vocab = tok.get_vocab()
-        if len(vocab) <= len(SPECIAL_TOKENS):
+        pipeline = _pipeline({t: i for i, t in enumerate(SPECIAL_TOKENS)}, lowercase)
+        words = words_from_pieces(_read_pieces(paths, show_progress), pipeline.normalizer, pipeline.pre_tokenizer)
+        if not words:
             raise UserError("no text to learn a vocabulary from", paths[0] if len(paths) == 1 else None)
-        return cls(vocab, lowercase)
+        tokens = learn_vocabulary(words, vocab_size, SPECIAL_TOKENS, min_frequency=min_frequency,
+                                  limit_alphabet=limit_alphabet, max_word_chars=MAX_WORD_CHARS,
+                                  status=show_progress)
+        return cls({t: i for i, t in enumerate(tokens)}, lowercase)
 
     # ---- encoding ----
     def _configure(self, max_length, truncation, padding, pad_to_multiple_of=None):
@@ -242,23 +245,47 @@ def _wrap(e) -> Encoding:
     )
 
 
-def _stream_lines(paths: list[Path], status: bool = False, every_s: float = 15.0) -> Iterator[str]:
-    """Lines of every file; undecodable bytes become U+FFFD so one bad file cannot stop training.
+def _read_pieces(paths: list[Path], status: bool = False, every_s: float = 15.0) -> Counter:
+    """The space-separated pieces of every file, counted (bertkit.wordpiece.count_pieces).
+
+    A file `read_lines` refuses (not valid UTF-8, as a binary file is, or a broken .gz/.xz) is
+    skipped whole with a warning on stderr naming file and line, as `bertkit prepare` skips it,
+    so the vocabulary comes from the text prepare will use. When no file is left, the error
+    itself is raised: one line.
     With `status`, a line on stderr every `every_s` seconds says how far reading has got."""
     import sys
     import time
 
     from bertkit.io import read_lines
+    from bertkit.wordpiece import count_pieces
 
-    start = last = time.perf_counter()
+    pieces: Counter = Counter()
+    skipped: list[UserError] = []
     chars = 0
-    for n, p in enumerate(paths, start=1):
-        for line in read_lines(p, errors="replace"):
+
+    def tally(lines: Iterator[str]) -> Iterator[str]:
+        nonlocal chars
+        for line in lines:
             chars += len(line) + 1
             yield line
+
+    start = last = time.perf_counter()
+    for n, p in enumerate(paths, start=1):
+        try:
+            # added only once read whole: a skipped file leaves nothing behind, as in prepare
+            pieces.update(count_pieces(tally(read_lines(p))))
+        except UserError as e:
+            skipped.append(e)
         now = time.perf_counter()
         # a closing total too, once reading has been long enough to need status lines
         if status and (now - last >= every_s or (n == len(paths) and now - start >= every_s)):
             last = now
             print(f"read {n}/{len(paths)} files, {chars / 1e6:.1f} M characters, "
                   f"{chars / 1e6 / (now - start):.2f} M/s", file=sys.stderr, flush=True)
+    if skipped and not pieces:
+        if len(skipped) == 1:
+            raise skipped[0]
+        raise UserError(f"no text to learn a vocabulary from: {len(skipped)} files skipped, the first {skipped[0]}")
+    for e in skipped:
+        print(f"warning: {e}; skipped this file", file=sys.stderr, flush=True)
+    return pieces

@@ -1,9 +1,13 @@
 """`bertkit tokenizer train`: learn a WordPiece vocabulary from text files or folders.
 
-Inputs (.txt, .gz, .xz, or folders holding them) are streamed line by line, so a corpus larger
-than memory works. The result is a tokenizer folder (vocab.txt, tokenizer.json,
-tokenizer_config.json) that both `Tokenizer.from_pretrained` and transformers'
-BertTokenizerFast load; the five special tokens come first ([PAD]=0 ... [MASK]=4).
+Inputs (.txt, .gz, .xz, or folders holding them) are streamed line by line; memory grows with
+the number of distinct words, not with the corpus. They must be UTF-8 text: a file that is not
+(a binary file) is skipped with a warning, by the rule `bertkit prepare` skips it with, and
+when no file is left the command stops with one line naming it (exit 2). The same inputs and
+options give a byte-identical vocabulary on every run and machine (bertkit.wordpiece). The
+result is a tokenizer folder (vocab.txt, tokenizer.json, tokenizer_config.json) that both
+`Tokenizer.from_pretrained` and transformers' BertTokenizerFast load; the five special tokens
+come first ([PAD]=0 ... [MASK]=4).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = sub.add_parser("train", help="learn a WordPiece vocabulary from text")
     train.add_argument("--input", nargs="+", required=True, metavar="PATH",
-                       help="text files (.txt/.gz/.xz) or folders searched recursively for them")
+                       help="UTF-8 text files (.txt/.gz/.xz) or folders searched recursively for them")
     train.add_argument("--vocab-size", type=int, required=True, help="entries in the vocabulary, specials included")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
     train.add_argument("--min-frequency", type=int, default=2, help="least count for a merged piece (default 2)")
