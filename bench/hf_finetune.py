@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--feature-based trains bertkit's own tagger; compare plain fine-tuning instead")
     print(f"transformers {transformers.__version__}: the model below is transformers', the recipe bertkit's")
     try:
+        finetune_cli.check(args)
         return finetune_cli.run(args, new_model=transformers_model)
     except UserError as e:
         print(f"hf_finetune.py: error: {e}", file=sys.stderr)

@@ -129,3 +129,19 @@ def test_info_counts_old_checkpoints_once(tmp_path, capsys):
     assert counts[0] == counts[1] == sum(t.numel() for t in state.values()) - 99 * 32 - 99
     model = bertkit.BertForPreTraining.from_pretrained(tmp_path / "old")
     assert torch.equal(model.mlm.bias[:99], state["cls.predictions.bias"])
+
+
+def test_long_text_is_cut_once_with_a_note(tiny_dir, capsys):
+    """[MASK] first and 10,000 words after: a short excerpt per guess, one note with the limit."""
+    text = "[MASK] " + " ".join(["the movie was good ."] * 2000)
+    assert main(["fill-mask", "--model", str(tiny_dir), text, "--top-k", "5"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "bertkit fill-mask: note: the text was cut to the model's 128 tokens\n"
+    lines = captured.out.splitlines()
+    assert len(lines) == 7 and len(captured.out) < 2000, captured.out[:500]
+    assert lines[0].endswith(f"… ({len(text):,} characters)")
+    guess = lines[2].split(maxsplit=2)[2]  # token, probability, then the words around the [MASK]
+    assert guess.endswith(" …") and guess.count("movie") == 3  # the 16 pieces after the [MASK], not 126
+    assert main(["fill-mask", "--model", str(tiny_dir), "the [MASK] was good .", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and json.loads(captured.out)[0]["cut_to"] is None

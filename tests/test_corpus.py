@@ -180,3 +180,64 @@ def test_prepare_packed_in_process(tmp_path, bert_vocab):
     assert "next_sentence_label" not in batch and (batch["token_type_ids"] == 0).all()
     assert (batch["attention_mask"].sum(dim=1) <= 37).all()
     assert read_manifest(out)["splits"]["val"]["documents"] == 1  # 1% of 40, at least one
+
+
+def test_not_text_rule(tmp_path):
+    """One rule for every reader (bertkit.io.check_text): UTF-8, no NUL byte, at most 5% control
+    characters in the first 64 KiB; prepare and tokenizer train skip other files, every reader refuses them."""
+    from bertkit.io import SNIFF_BYTES, check_text, read_lines, text_files
+
+    def check(name: str, data: bytes) -> str | None:
+        (tmp_path / name).write_bytes(data)
+        try:
+            check_text(tmp_path / name)
+        except UserError as e:
+            return str(e).removeprefix(f"{tmp_path / name}")
+        return None
+
+    assert check("ok.txt", "caf\u00e9 \u4e2d\u6587\tpage\x0cbreak\r\n".encode() * 100) is None
+    assert check("few.txt", b"text with one escape \x1b[0m in it\n" * 10) is None  # 1 in 34 characters
+    assert check("nul.txt", b"line one\nline\0 two\n") == ":2: not text: holds NUL bytes (a binary file?)"
+    assert check("zeros.txt", b"\0" * 1000) == ":1: not text: holds NUL bytes (a binary file?)"
+    assert check("ctl.txt", bytes(range(1, 9)) * 100) == ": not text: 800 of its first 800 characters are control characters"
+    assert check("latin1.txt", "fine\ncaf\xe9\n".encode("latin-1")) == ":2: not valid UTF-8 (byte 3)"
+    # A character cut by the end of the 64 KiB head is no error; one at the end of a file is.
+    assert check("cut.txt", b"a" * (SNIFF_BYTES - 1) + "\u00e9 more".encode()) is None
+    assert check("end.txt", b"abc\xc3") == ":1: not valid UTF-8 (byte 3)"
+    with gzip.open(tmp_path / "nul.txt.gz", "wb") as f:  # judged after decompression
+        f.write(b"\0" * 100)
+    assert check("nul.txt.gz", (tmp_path / "nul.txt.gz").read_bytes()) == ":1: not text: holds NUL bytes (a binary file?)"
+    with pytest.raises(UserError, match="zeros.txt:1: not text"):
+        list(read_lines(tmp_path / "zeros.txt"))
+    (tmp_path / "empty.txt").write_text("")
+    kept, skipped = text_files([tmp_path / n for n in ("ok.txt", "zeros.txt", "empty.txt", "ctl.txt")])
+    assert kept == [tmp_path / "ok.txt"] and len(skipped) == 2 and skipped[0].endswith("; skipped this file")
+    with pytest.raises(UserError, match="zeros.txt:1: not text"):
+        text_files([tmp_path / "zeros.txt", tmp_path / "ctl.txt"])
+    with pytest.raises(UserError, match="empty.txt: empty file"):
+        text_files([tmp_path / "empty.txt"])
+
+
+def test_prepare_and_tokenizer_skip_what_is_not_text_alike_and_overwrite_only_when_asked(tmp_path, capsys):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("The cat sat on the mat. The dog ran far away.\n" * 40)
+    (tmp_path / "corpus" / "zeros.txt").write_bytes(b"\0" * 5000)
+    vocab = ["tokenizer", "train", "--input", str(tmp_path / "corpus"), "--out", str(tmp_path / "tok"),
+             "--vocab-size", "40"]
+    assert main(vocab) == 0
+    warning = f"{tmp_path / 'corpus' / 'zeros.txt'}:1: not text: holds NUL bytes (a binary file?); skipped this file"
+    assert capsys.readouterr().err == f"warning: {warning}\n"
+    prepare = ["prepare", "--input", str(tmp_path / "corpus"), "--tokenizer", str(tmp_path / "tok"), "--out",
+               str(tmp_path / "data"), "--workers", "1", "--max-seq-len", "16"]
+    assert main(prepare) == 0
+    assert f"bertkit prepare: warning: {warning}\n" in capsys.readouterr().err
+    manifest = read_manifest(tmp_path / "data")
+    assert manifest["corpus"]["files"] == 2 and manifest["corpus"]["skipped_files"] == [warning]
+    for argv, what in ((vocab, "vocabulary"), (prepare, "prepared data folder")):
+        assert main([*argv[:-1], "24"]) == 2  # another --vocab-size / --max-seq-len
+        assert f"holds a previous {what}; pass --overwrite" in capsys.readouterr().err
+    assert len(Tokenizer.from_pretrained(tmp_path / "tok")) == 40 and read_manifest(tmp_path / "data") == manifest
+    assert main([*vocab[:-1], "35", "--overwrite"]) == 0
+    assert main([*prepare[:-1], "24", "--overwrite"]) == 0
+    assert len(Tokenizer.from_pretrained(tmp_path / "tok")) == 35
+    assert read_manifest(tmp_path / "data")["max_seq_len"] == 24

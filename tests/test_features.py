@@ -82,3 +82,28 @@ def test_sum_combines_layers_and_bad_layer_exits_2(tiny_dir, tmp_path, capsys):
                 "--out", str(tmp_path / "g.npz"), "--layers=-5"])
     assert code == 2 and "layer -5" in capsys.readouterr().err
     assert not (tmp_path / "g.npz").exists()
+
+
+def test_long_inputs_are_cut_with_one_note_and_overwrite_replaces(tiny_dir, tmp_path, capsys):
+    """embed and features cut inputs longer than the limit (or the model's 64 positions) and say
+    how many, once; an existing output is replaced only with --overwrite."""
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat .\n" + " ".join(["the dog ran far away ."] * 30) + "\na bird\n", encoding="utf-8")
+    embed = ["embed", "--model", str(tiny_dir), "--input", str(source), "--pooling", "mean", "--out",
+             str(tmp_path / "v.npy")]
+    features = ["features", "--model", str(tiny_dir), "--input", str(source), "--out", str(tmp_path / "f.npz")]
+    assert cli([*embed, "--max-length", "16"]) == 0
+    err = capsys.readouterr().err
+    assert "bertkit embed: note: 1 of 3 inputs were longer than 16 tokens and were cut to them\n" in err, err
+    assert err.count("note:") == 1
+    assert cli([*features, "--layers", "-1", "--max-length", "512"]) == 0  # above the model's 64: cut to those
+    err = capsys.readouterr().err
+    assert err.count("note:") == 1 and "1 of 3 inputs were longer than 64 tokens" in err, err
+    with np.load(tmp_path / "f.npz") as f:
+        assert np.diff(f["offsets"]).max() == 64
+    first = np.load(tmp_path / "v.npy")
+    assert cli([*embed, "--max-length", "8"]) == 2
+    assert "v.npy: exists; pass --overwrite" in capsys.readouterr().err
+    assert np.array_equal(np.load(tmp_path / "v.npy"), first)
+    assert cli([*embed, "--max-length", "8", "--overwrite"]) == 0
+    assert not np.array_equal(np.load(tmp_path / "v.npy"), first)

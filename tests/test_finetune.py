@@ -7,6 +7,7 @@ load strictly and run to the same logits. Zero-shot STS-B uses the real MiniLM c
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import subprocess
@@ -240,3 +241,36 @@ def test_ner_predictions_match_the_gold_tags_once_learned(tiny_dir, tmp_path):
         wrong = [r for r in rows if r[1] != r[2]]
         assert not wrong, f"{mode}: {len(wrong)} of {len(rows)} tokens mis-tagged, e.g. {wrong[:3]}"
         assert results["seeds"][0]["dev"]["f1"] == 100.0, (mode, results["seeds"][0]["dev"])
+
+
+def test_output_replaced_only_with_overwrite_and_a_failed_run_leaves_nothing(tiny_dir, tmp_path, capsys,
+                                                                            monkeypatch):
+    import bertkit.plots
+
+    write_sst2(tmp_path / "train.tsv", 8, 0)
+    write_sst2(tmp_path / "dev.tsv", 4, 1)
+    with open(tmp_path / "dev.tsv", "a", encoding="utf-8") as f:
+        f.write(" ".join(["the movie was very good ."] * 10) + "\t1\n")  # over 16 tokens
+    out = tmp_path / "out"
+    args = ("finetune", "--model", tiny_dir, "--task", "sst2", "--train", tmp_path / "train.tsv",
+            "--dev", tmp_path / "dev.tsv", "--out", out, "--epochs", "1", "--seeds", "1", "--max-seq-len", "16",
+            "--no-progress")
+    assert run_cli(*args) == 0
+    assert "note: 0 training and 1 dev inputs were longer than 16 tokens and were cut to them" in capsys.readouterr().out
+    assert run_cli("evaluate", "--model", out / "model", "--task", "sst2", "--data", tmp_path / "dev.tsv") == 0
+    assert "bertkit evaluate: note: 1 of 5 inputs were longer than 16 tokens" in capsys.readouterr().err
+    results = (out / "results.json").read_bytes()
+    assert run_cli(*args) == 2
+    assert "holds a previous fine-tuning result; pass --overwrite" in capsys.readouterr().err
+    # A run that fails half-way (here: while plotting, after the model is saved) changes nothing.
+    def disk_full(runs, metric, folder):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "train_loss.png"))
+
+    monkeypatch.setattr(bertkit.plots, "plot_finetuning", disk_full)
+    assert run_cli(*args, "--overwrite") == 2
+    assert capsys.readouterr().err.endswith("train_loss.png: No space left on device\n")
+    assert (out / "results.json").read_bytes() == results and sorted(p.name for p in tmp_path.iterdir()) == [
+        "dev.tsv", "out", "train.tsv"]
+    monkeypatch.undo()
+    assert run_cli(*args, "--overwrite", "--epochs", "2") == 0
+    assert json.loads((out / "results.json").read_text())["hyper"]["epochs"] == 2

@@ -110,7 +110,7 @@ def _one_line_error(capsys, code: int) -> str:
 def test_command_errors(pretraining_data, tmp_path, capsys):
     data = pretraining_data / "nsp"
     err = _one_line_error(capsys, main(tiny_args(tmp_path / "absent", tmp_path / "r1", "--steps", "1")))
-    assert "absent" in err and "no such data directory" in err
+    assert "absent: no such folder" in err and "--data" in err
     err = _one_line_error(capsys, main(tiny_args(pretraining_data / "packed", tmp_path / "r2", "--steps", "1")))
     assert "mlm+nsp" in err and "--objective mlm" in err
     err = _one_line_error(capsys, main([*tiny_args(data, tmp_path / "r3", "--steps", "1"), "--preset", "huge"]))
@@ -119,7 +119,7 @@ def test_command_errors(pretraining_data, tmp_path, capsys):
     existing.mkdir()
     (existing / "notes.txt").write_text("keep me")
     err = _one_line_error(capsys, main(tiny_args(data, existing, "--steps", "1")))
-    assert "--resume" in err and str(existing) in err
+    assert "not a previous run" in err and str(existing) in err
     assert [p.name for p in existing.iterdir()] == ["notes.txt"] and (existing / "notes.txt").read_text() == "keep me"
     err = _one_line_error(capsys, main(tiny_args(data, tmp_path / "r5", "--steps", "1",
                                                  "--tokenizer", str(pretraining_data / "nsp" / "tokenizer"),

@@ -1,5 +1,7 @@
 """Exact resume: a run killed (SIGKILL), stopped (SIGTERM) or crashed mid-checkpoint and then
-resumed ends with weights bit-identical to the uninterrupted run (CPU, fp32, dropout on)."""
+resumed ends with weights bit-identical to the uninterrupted run (CPU, fp32, dropout on). A stop
+by a signal exits with 128 + its number; a resume with another model, objective or masking is
+refused, and options that may change are recorded in the run's history."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 
 from bertkit.cli import main
 from bertkit.train import checkpoint as checkpoint_module
-from bertkit.train.checkpoint import latest_checkpoint
+from bertkit.train.checkpoint import latest_checkpoint, list_checkpoints
 from pretrain_helpers import assert_bit_identical, start, tiny_args
 
 STEPS = ("--steps", "40", "--save-every", "4", "--eval-samples", "0", "--log-every", "5", "--keep", "3")
@@ -81,11 +83,12 @@ def test_sigkill_then_resume_is_bit_identical(data, reference, interrupted, one_
     assert steps == list(range(5, 41, 5))
 
 
-def test_sigterm_saves_exits_zero_and_resumes_identically(data, reference, interrupted, one_thread):
+def test_sigterm_saves_exits_143_and_resumes_identically(data, reference, interrupted, one_thread):
     out, stdout, status, stderr = interrupted[signal.SIGTERM]
-    assert status == 0, stderr
+    assert status == 128 + signal.SIGTERM == 143, stderr  # a scheduler can tell it from a finished run
     stopped = latest_checkpoint(out)
-    assert f"stopped by SIGTERM at step {stopped.step}; checkpoint in {stopped.path}" in stdout
+    assert stdout.splitlines()[-1] == (f"stopped by SIGTERM at step {stopped.step}; checkpoint in {stopped.path}; "
+                                       "continue with --resume (exit status 143)")
     assert stopped.step < 40 and not (out / "model").exists()
     assert main(_args(data, out, "--resume")) == 0
     assert_bit_identical(reference / "model", out / "model")
@@ -95,7 +98,8 @@ def test_sigint_saves_and_exits_130(interrupted):
     out, stdout, status, stderr = interrupted[signal.SIGINT]
     assert status == 130, stderr
     stopped = latest_checkpoint(out)
-    assert f"stopped by SIGINT at step {stopped.step}; checkpoint in {stopped.path}" in stdout
+    assert stdout.splitlines()[-1].startswith(f"stopped by SIGINT at step {stopped.step}; checkpoint in {stopped.path}")
+    assert stdout.splitlines()[-1].endswith("(exit status 130)")
     assert "Traceback" not in stderr
 
 
@@ -123,3 +127,46 @@ def test_crash_while_saving_keeps_previous_checkpoint(data, reference, tmp_path,
     assert main(_args(data, out, "--resume")) == 0
     assert_bit_identical(reference / "model", out / "model")
     assert not list((out / "checkpoints").glob(".step-*"))  # the resumed run cleared the leftover
+
+
+def test_resume_records_changed_options_and_refuses_another_model(data, tmp_path, capsys, one_thread):
+    out = tmp_path / "run"
+    first = ("--steps", "4", "--save-every", "2", "--eval-samples", "0", "--log-every", "2")
+    assert main(tiny_args(data, out, *first)) == 0
+    original = json.loads((out / "config.json").read_text())
+    assert original["resumes"] == []
+    capsys.readouterr()
+    # lr and steps may change: the run goes on with them, and config.json keeps the original
+    # arguments with the change appended to its history.
+    longer = ("--steps", "6", "--save-every", "2", "--eval-samples", "0", "--log-every", "2", "--lr", "1e-3")
+    assert main(tiny_args(data, out, *longer, "--resume")) == 0
+    stdout = capsys.readouterr().out
+    assert f"resuming from {out / 'checkpoints' / 'step-0000004'} with steps 4 -> 6, lr 0.002 -> 0.001" in stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["train"] == original["train"] and saved["model"] == original["model"]
+    (resume,) = saved["resumes"]
+    assert resume["step"] == 4 and resume["changed"] == {"steps": [4, 6], "lr": [0.002, 0.001]}
+    # The same again changes nothing further: the history is measured from the options in force.
+    assert main(tiny_args(data, out, *longer, "--resume")) == 0
+    assert json.loads((out / "config.json").read_text())["resumes"][-1]["changed"] == {}
+    # Another model shape, objective or masking is refused, the fields named, the run untouched.
+    before = sorted((p.relative_to(out), p.stat().st_mtime_ns) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert main(tiny_args(data, out, *longer, "--resume", "--whole-word-mask", hidden_size=64)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "whole_word_mask False -> True" in err and "hidden_size 32 -> 64" in err, err
+    assert sorted((p.relative_to(out), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
+
+
+def test_resume_without_checkpoint_says_it_starts_fresh(data, tmp_path, capsys, one_thread):
+    out = tmp_path / "run"
+    assert main(tiny_args(data, out, "--steps", "1", "--eval-samples", "0", "--resume")) == 0
+    assert f"starting fresh (--resume found no checkpoint in {out})" in capsys.readouterr().out
+
+
+def test_overwrite_starts_a_previous_run_again(data, tmp_path, capsys, one_thread):
+    out = tmp_path / "run"
+    assert main(tiny_args(data, out, "--steps", "2", "--save-every", "1", "--eval-samples", "0")) == 0
+    assert main(tiny_args(data, out, "--steps", "1", "--eval-samples", "0", "--overwrite")) == 0
+    assert [c.step for c in list_checkpoints(out)] == [1]  # the old run's checkpoints are gone
+    assert json.loads((out / "config.json").read_text())["train"]["steps"] == 1

@@ -150,3 +150,28 @@ def test_score_glue_via_cli(tmp_path, capsys):
     pred.write_text("1\n", encoding="utf-8")
     assert cli(["score", "--task", "mrpc", "--gold", str(gold), "--pred", str(pred)]) == 2
     assert "1 predictions for 408 gold examples" in capsys.readouterr().err
+
+
+def test_score_squad_ids_must_match_the_gold_file(tmp_path, capsys):
+    from finetune_helpers import write_squad
+
+    gold = tmp_path / "dev.json"
+    write_squad(gold, 2, 0)  # 12 questions, ids a0-0-0 ... a1-1-2
+    ids = [q["id"] for a in json.loads(gold.read_text())["data"] for p in a["paragraphs"] for q in p["qas"]]
+    pred = tmp_path / "pred.json"
+    pred.write_text(json.dumps({f"other-{i}": "x" for i in range(5)}), encoding="utf-8")
+    assert cli(["score", "--task", "squad", "--gold", str(gold), "--pred", str(pred)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{pred}: none of its 5 question ids" in err and str(gold) in err, err
+    # Some match: scored, with one warning giving the counts (the rest score 0, as official).
+    pred.write_text(json.dumps({**{i: "x" for i in ids[:4]}, "other": "x"}), encoding="utf-8")
+    assert cli(["score", "--task", "squad", "--gold", str(gold), "--pred", str(pred)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (f"bertkit score: warning: 4 of the 5 predictions in {pred} match the 12 gold questions of "
+                            f"{gold}; 1 are ignored and 8 gold questions without a prediction score 0\n")
+    result = json.loads(captured.out)
+    assert result["count"] == 12 and result["missing"] == 8
+    # All match: no warning.
+    pred.write_text(json.dumps({i: "x" for i in ids}), encoding="utf-8")
+    assert cli(["score", "--task", "squad", "--gold", str(gold), "--pred", str(pred)]) == 0
+    assert capsys.readouterr().err == ""

@@ -285,11 +285,11 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
     cases = [
         (["tokenizer", "train", "--input", str(tmp_path / "empty.txt"), "--vocab-size", "99", "--out",
-          str(tmp_path / "tok")], "no text to learn a vocabulary from"),
+          str(tmp_path / "tok")], "empty.txt: empty file"),
         (["tokenizer", "train", "--input", str(tmp_path / "missing"), "--vocab-size", "99", "--out",
           str(tmp_path / "tok")], "missing: no such file or folder"),
         (["tokenizer", "train", "--input", str(tmp_path), "--vocab-size", "5", "--out", str(tmp_path / "tok")],
-         "--vocab-size must exceed the 5 special tokens"),
+         "argument --vocab-size: must be at least 6"),
         (["tokenize", "--model", str(tmp_path), "hello"], "no vocab.txt"),
     ]
     for argv, expected in cases:

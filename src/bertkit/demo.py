@@ -206,8 +206,9 @@ class _Stages:
         cfg = TrainConfig(data=str(self.run / "data"), out=str(self.run / "pretrain"), preset=p.preset,
                           minutes=p.pretrain_minutes, batch_size=32, lr=p.pretrain_lr, warmup=0.05, seed=p.seed,
                           eval_every=200)
-        if pretrain(cfg) != 0:
-            raise UserError("pretraining stopped before its budget; see the message above")
+        status = pretrain(cfg)
+        if status != 0:  # stopped by a signal, checkpoint saved: the demo stops with the same status
+            raise SystemExit(status)
 
     def finetune(self, model_dir: Path, train_file: Path, test_file: Path) -> None:
         from bertkit.finetune.loop import Hyper

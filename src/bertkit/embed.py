@@ -85,10 +85,11 @@ def load_encoder(path: str | os.PathLike) -> tuple[BertModel, Tokenizer]:
 def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *, pooling: str = "mean",
                 layers: Sequence[int] = (-1,), combine: str = "concat", normalize: bool = False,
                 batch_size: int = 32, max_length: int = 512, device: str | torch.device = "cpu",
-                progress: bool = True) -> np.ndarray:
+                progress: bool = True, report: dict | None = None) -> np.ndarray:
     """One float32 vector per text: (N, C), or (N, C*k) for k concatenated layers.
 
-    Texts longer than `max_length` tokens (or the model's position limit, if smaller) are cut.
+    Texts longer than `max_length` tokens (or the model's position limit, if smaller) are cut;
+    a `report` dict given is filled with how many were ("cut") and the limit ("max_length").
     The model is moved to `device` and run in eval mode; its training flag is restored after.
     """
     from tqdm import tqdm
@@ -104,6 +105,8 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
     width = model.config.hidden_size * (len(layers) if combine == "concat" else 1)
     max_length = min(max_length, model.config.max_position_embeddings)
     encodings = tokenizer.encode_batch(list(texts), max_length=max_length, truncation=True)
+    if report is not None:
+        report.update(cut=sum(e.truncated for e in encodings), max_length=max_length)
     order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i]))
     out = np.zeros((len(encodings), width), dtype=np.float32)
     was_training = model.training
@@ -133,20 +136,23 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
 @torch.no_grad()
 def token_features(model: BertModel, tokenizer: Tokenizer, sentences: Sequence[str], layers: Sequence[int],
                    combine: str = "concat", max_length: int = 128, batch_size: int = 32,
-                   device: str | torch.device = "cpu", progress: bool = True):
+                   device: str | torch.device = "cpu", progress: bool = True, report: dict | None = None):
     """(features (N, F) float32, offsets (S+1,), tokens) for every token of every sentence.
 
     Sentence i's tokens, [CLS] and [SEP] included, are rows offsets[i]:offsets[i+1]; F is C times
-    the number of layers for "concat", C otherwise.
+    the number of layers for "concat", C otherwise. Sentences longer than `max_length` tokens
+    (or the model's position limit, if smaller) are cut, and counted in `report` as in `embed_texts`.
     """
     from tqdm import tqdm
 
     check_layers(layers, model.config.num_hidden_layers + 1)
-    chunks, tokens, lengths = [], [], []
+    max_length = min(max_length, model.config.max_position_embeddings)
+    chunks, tokens, lengths, cut = [], [], [], 0
     model.to(device).eval()
     bar = tqdm(total=len(sentences), unit="sentence", disable=not progress, leave=False)
     for i in range(0, len(sentences), batch_size):
         encodings = tokenizer.encode_batch(list(sentences[i : i + batch_size]), max_length=max_length)
+        cut += sum(e.truncated for e in encodings)
         batch = collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encodings], tokenizer.pad_id)
         out = model(**to_device(batch, device), output_hidden_states=True)
         h = select_layers(out.hidden_states, layers, combine).float().cpu()  # (B, T, F)
@@ -156,6 +162,8 @@ def token_features(model: BertModel, tokenizer: Tokenizer, sentences: Sequence[s
             lengths.append(len(e.ids))
         bar.update(len(encodings))
     bar.close()
+    if report is not None:
+        report.update(cut=cut, max_length=max_length)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     width = chunks[0].shape[1] if chunks else 0
     features = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros((0, width), np.float32)

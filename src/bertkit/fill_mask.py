@@ -4,6 +4,10 @@ Every [MASK] is predicted from one forward pass over the whole text, independent
 others (as in the paper's MLM objective). A "##" piece continues the word before it, so each
 guess is shown with the text it makes, where pieces join their word.
 
+A text longer than the model's positions is cut to them (a [MASK] past the cut is an error),
+and each guess shows only the words around its [MASK] (`CONTEXT` pieces either side), so a long
+input is never echoed once per guess; `fill_masks` says which texts were cut.
+
 A model directory must hold a trained masked-LM head (written by BertForMaskedLM or
 BertForPreTraining); an encoder-only directory is refused rather than given a random head.
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.errors import UserError
+
+CONTEXT = 16  # word pieces shown either side of a [MASK] in each guess's text
 
 
 def check_masked_lm_dir(path: Path):
@@ -42,7 +48,32 @@ def require_mask(tokenizer, text: str) -> None:
 
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
     """For each [MASK] in `text`: its token position and the top_k guesses (token, id,
-    probability, and the text with the guess filled in)."""
+    probability, and the words around the [MASK] with the guess filled in)."""
+    return _fill(model, tokenizer, text, top_k)[0]
+
+
+def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[dict]:
+    """One report per text: {"text", "masks" (as `fill_mask`), "cut_to"}; "cut_to" is the
+    model's token limit when the text was longer and was cut to it, else None."""
+    reports = []
+    for text in texts:
+        masks, cut = _fill(model, tokenizer, text, top_k)
+        reports.append({"text": text, "masks": masks, "cut_to": model.config.max_position_embeddings if cut else None})
+    return reports
+
+
+def _excerpt(tokenizer, ids: list[int], at: int) -> str:
+    """The text of the pieces around index `at`, starting at a word's first piece; "…" marks a cut."""
+    lo, hi = max(0, at - CONTEXT), min(len(ids), at + CONTEXT + 1)
+    while lo > 0 and tokenizer.convert_ids_to_tokens([ids[lo]])[0].startswith("##"):
+        lo -= 1
+    while hi < len(ids) and tokenizer.convert_ids_to_tokens([ids[hi]])[0].startswith("##"):
+        hi += 1
+    body = tokenizer.decode(ids[lo:hi], skip_special_tokens=False)
+    return ("… " if lo > 0 else "") + body + (" …" if hi < len(ids) else "")
+
+
+def _fill(model, tokenizer, text: str, top_k: int) -> tuple[list[dict], bool]:
     import torch
 
     require_mask(tokenizer, text)
@@ -64,6 +95,6 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
             filled = body.copy()
             filled[pos - 1] = i
             guesses.append({"token": tokenizer.convert_ids_to_tokens([i])[0], "id": i, "probability": p,
-                            "text": tokenizer.decode(filled, skip_special_tokens=False)})
+                            "text": _excerpt(tokenizer, filled, pos - 1)})
         results.append({"position": pos, "guesses": guesses})
-    return results
+    return results, enc.truncated

@@ -198,11 +198,14 @@ def read_state_dict(model_dir: Path) -> dict[str, Tensor]:
 
 def _read_pickled(path: Path) -> dict[str, Tensor]:
     import pickle
+    import warnings
 
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on pickle protocols would add lines to the one-line error
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise UserError("cannot read weights safely: the file holds pickled Python objects besides tensors, "
                         "which could run code, so it is not loaded; save a checkpoint you trust as "

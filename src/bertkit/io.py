@@ -3,6 +3,13 @@
 Readers stream line by line so corpora larger than memory work, and turn decoding failures into
 a `UserError` that names the file and line. Writers go through a temporary file (or folder) in
 the destination's directory and an `os.replace`, so a crash never leaves a half-written output.
+
+What counts as text is one rule for every reader (`check_text`, applied by `read_lines`, and by
+`text_files` before `prepare` or `tokenizer train` start): judged from a file's first 64 KiB
+(after decompression), it is not text when they are not UTF-8, hold a NUL byte, or more than
+5% of their characters are control characters other than tab, line and page breaks. A file of
+NUL bytes is valid UTF-8 but no one's text; as `git` and `file` do, we judge from the head
+rather than read a whole corpus twice.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import gzip
 import json
 import lzma
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +28,10 @@ from pathlib import Path
 from bertkit.errors import UserError
 
 TEXT_SUFFIXES = (".txt", ".gz", ".xz", ".jsonl", ".tsv", ".csv")
+SNIFF_BYTES = 64 * 1024  # the head of a file that `check_text` judges
+CONTROL_SHARE = 0.05  # more control characters than this share of the head: not text
+# C0 and C1 control characters except tab, line feed, vertical tab, form feed and carriage return
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
 def _umask() -> int:
@@ -36,16 +48,72 @@ def _open_binary(path: Path):
     return open(path, "rb")
 
 
-def read_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator[str]:
-    """Yield the lines of a `.txt`/`.gz`/`.xz` file as str without the line ending.
-
-    errors="strict" raises a UserError naming the file and line on bad UTF-8;
-    errors="replace" substitutes U+FFFD instead.
-    """
+def check_text(path: str | os.PathLike) -> None:
+    """A UserError naming the file (and line) unless its head reads as text (the module's rule)."""
     path = Path(path)
     if not path.exists():
         raise UserError("no such file", path)
     if path.is_dir():
+        raise UserError("is a directory, expected a file", path)
+    if path.stat().st_size == 0:
+        return
+    try:
+        with _open_binary(path) as f:
+            head = f.read(SNIFF_BYTES)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise UserError(f"cannot read: {e}", path) from None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        cut = len(head) == SNIFF_BYTES and e.start >= len(head) - 3 and e.reason == "unexpected end of data"
+        if not cut:  # a multi-byte character cut off by the end of the head is no error
+            line_start = head.rfind(b"\n", 0, e.start) + 1
+            raise UserError(f"not valid UTF-8 (byte {e.start - line_start})", path,
+                            head.count(b"\n", 0, e.start) + 1) from None
+        text = head[: e.start].decode("utf-8")
+    nul = text.find("\0")
+    if nul >= 0:
+        raise UserError("not text: holds NUL bytes (a binary file?)", path, text.count("\n", 0, nul) + 1)
+    controls = len(_CONTROL.findall(text))
+    if controls > CONTROL_SHARE * len(text):
+        raise UserError(f"not text: {controls:,} of its first {len(text):,} characters are control characters",
+                        path)
+
+
+def text_files(paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """(the files of `paths` that are text, why each other one is not), checked by `check_text`
+    before any work starts, so a command can warn and leave those out. When none is left, the
+    first one's error is raised (one line). Empty files are left out silently, and refused when
+    every file is empty."""
+    kept, skipped = [], []
+    for p in paths:
+        try:
+            check_text(p)
+        except UserError as e:
+            skipped.append(e)
+            continue
+        if p.stat().st_size > 0:
+            kept.append(p)
+    if not kept:
+        if skipped:
+            raise skipped[0]
+        raise UserError("empty file: no text to read" if len(paths) == 1 else
+                        f"all {len(paths)} input files are empty", paths[0] if len(paths) == 1 else None)
+    return kept, [f"{e}; skipped this file" for e in skipped]
+
+
+def read_lines(path: str | os.PathLike, errors: str = "strict") -> Iterator[str]:
+    """Yield the lines of a `.txt`/`.gz`/`.xz` file as str without the line ending.
+
+    errors="strict" raises a UserError naming the file and line on bad UTF-8, or on a file that
+    is not text (`check_text`); errors="replace" substitutes U+FFFD for bad UTF-8 instead.
+    """
+    path = Path(path)
+    if errors == "strict":
+        check_text(path)
+    elif not path.exists():
+        raise UserError("no such file", path)
+    elif path.is_dir():
         raise UserError("is a directory, expected a file", path)
     if path.stat().st_size == 0:
         return  # no lines; lzma would call a zero-byte .xz a truncated stream

@@ -38,6 +38,7 @@ class Encoding:
     word_ids: list[int | None]  # index of the word each token came from; None for specials
     tokens: list[str]
     sequence_ids: list[int | None]  # 0 for text, 1 for pair, None for specials and padding
+    truncated: bool = False  # tokens were cut off to fit max_length
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -171,13 +172,17 @@ class Tokenizer:
         """Learn a WordPiece vocabulary from UTF-8 text files (.txt, .gz, .xz), streamed line by line.
 
         The same files and options give the same vocabulary on every run and machine
-        (bertkit.wordpiece breaks every tie in a defined order). A file that is not valid UTF-8
-        (a binary file) is left out with a warning, as `bertkit prepare` leaves it out; when
-        that leaves no file, a UserError names it."""
-        from bertkit.io import expand_inputs
+        (bertkit.wordpiece breaks every tie in a defined order). A file that is not text
+        (bertkit.io.check_text: not UTF-8, NUL bytes, control characters) is left out with a
+        warning, as `bertkit prepare` leaves it out; when that leaves no file, a UserError names it."""
+        import sys
+
+        from bertkit.io import expand_inputs, text_files
         from bertkit.wordpiece import learn_vocabulary, words_from_pieces
 
-        paths = expand_inputs(files, suffixes=(".txt", ".gz", ".xz"))
+        paths, skipped = text_files(expand_inputs(files, suffixes=(".txt", ".gz", ".xz")))
+        for warning in skipped:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
         pipeline = _pipeline({t: i for i, t in enumerate(SPECIAL_TOKENS)}, lowercase)
         words = words_from_pieces(_read_pieces(paths, show_progress), pipeline.normalizer, pipeline.pre_tokenizer)
         if not words:
@@ -241,7 +246,7 @@ def _wrap(e) -> Encoding:
     return Encoding(
         ids=e.ids, type_ids=e.type_ids, attention_mask=e.attention_mask,
         offsets=[tuple(o) for o in e.offsets], word_ids=e.word_ids, tokens=e.tokens,
-        sequence_ids=e.sequence_ids,
+        sequence_ids=e.sequence_ids, truncated=bool(e.overflowing),
     )
 
 

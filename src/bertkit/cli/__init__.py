@@ -1,8 +1,12 @@
 """`bertkit COMMAND ...`: one module per command under bertkit.cli, imported only when used.
 
-Each command module defines `add_arguments(parser)` and `run(args) -> int`. A `UserError`
-anywhere becomes one line on stderr and exit status 2; anything else is a bug and keeps its
-traceback.
+Each command module defines `add_arguments(parser)`, optionally `check(args)`, and
+`run(args) -> int`. Arguments are checked in one place before any work starts: each flag by its
+typed check when parsed (bertkit.cli.args), then `check(args)` for what needs several flags or
+the file system (outputs refused unless `--overwrite`, flags that only apply together). A
+`UserError` anywhere, and an `OSError` naming a file (a folder we may not write into, a full
+disk), becomes one line on stderr and exit status 2; anything else is a bug and keeps its
+traceback. A command stopped by SIGTERM or SIGINT exits with 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ def int_list(text: str, flag: str) -> tuple[int, ...]:
     return values
 
 
+def note_cut(command: str, cut: int, total: int, limit: int) -> None:
+    """One note on stderr when inputs were longer than the token limit and were cut."""
+    if cut:
+        print(f"bertkit {command}: note: {cut:,} of {total:,} inputs were longer than {limit} tokens and were cut "
+              f"to them", file=sys.stderr, flush=True)
+
+
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items())
@@ -60,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     if name not in COMMANDS:
-        print(f"bertkit: error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"bertkit: error: unknown command {name!r}; `bertkit --help` lists the commands", file=sys.stderr)
         return 2
     module_name, text = COMMANDS[name]
     try:
@@ -77,9 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help, or a flag that failed its check (one line already printed)
         return int(e.code or 0)
     try:
+        if hasattr(module, "check"):
+            module.check(args)
         return int(module.run(args) or 0)
     except UserError as e:
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is None:
+            raise
+        print(f"bertkit {name}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"bertkit {name}: interrupted", file=sys.stderr)

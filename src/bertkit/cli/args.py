@@ -1,15 +1,24 @@
 """Typed command-line values: every flag is checked when it is parsed, before any work starts.
 
-Each function is an argparse `type=`: it turns the text into a value or raises
+Each lower-case function here is an argparse `type=`: it turns the text into a value or raises
 `argparse.ArgumentTypeError`, which the parser reports as one line naming the flag
 ("bertkit prepare: error: argument --max-seq-len: must be between 8 and 65535, not 4") with
-exit status 2.
+exit status 2. Input paths are checked the same way (`existing_file`, `model_dir`, ...); the
+checks of an output, which depend on `--overwrite`, run once parsing is done
+(`check_output_file`, `check_output_dir`, from a command's `check(args)`), and raise a
+`UserError` naming the path. None of this imports torch, so a mistake is reported at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import re
+from pathlib import Path
+
+from bertkit.errors import UserError
 
 
 def _number(text: str, kind):
@@ -47,8 +56,11 @@ def float_in(low: float, high: float, low_open: bool = False, high_open: bool = 
     def parse(text: str) -> float:
         value = _number(text, float)
         if value < low or value > high or (low_open and value == low) or (high_open and value == high):
-            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-            raise argparse.ArgumentTypeError(f"must be in {interval}, not {value:g}")
+            if math.isinf(high):
+                bound = f"greater than {low:g}" if low_open else f"at least {low:g}"
+            else:
+                bound = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, not {value:g}")
         return value
     parse.__name__ = "number"
     return parse
@@ -61,11 +73,156 @@ nonnegative_float = float_in(0.0, math.inf)
 fraction = float_in(0.0, 1.0)
 
 
+def comma_ints(low: int | None = None, unique: bool = False):
+    """Comma-separated integers (--layers -4,-3,-2,-1, --seeds 1,2,3) as a tuple."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,2,3, not {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("names no value")
+        if low is not None and min(values) < low:
+            raise argparse.ArgumentTypeError(f"every value must be at least {low}, not {min(values)}")
+        if unique and len(set(values)) < len(values):
+            raise argparse.ArgumentTypeError(f"names a value twice: {text}")
+        return values
+    parse.__name__ = "integers"
+    return parse
+
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def device_name(text: str) -> str:
+    """auto, cpu, cuda, cuda:N or mps (whether it is present is checked when it is used)."""
+    if not _DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda, cuda:N or mps, not {text!r}")
+    return text
+
+
+def existing_file(text: str) -> str:
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a folder, expected a file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return text
+
+
+def existing_dir(text: str) -> str:
+    path = Path(text)
+    if path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: is a file, expected a folder")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    return text
+
+
+def existing_path(text: str) -> str:
+    if not Path(text).exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    return text
+
+
+def model_dir(text: str) -> str:
+    """A model directory whose config.json is a valid BERT config (weights are read later)."""
+    from bertkit.hf import load_config
+
+    try:
+        load_config(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def tokenizer_dir(text: str) -> str:
+    """A folder holding vocab.txt (a tokenizer or a model directory)."""
+    existing_dir(text)
+    if not (Path(text) / "vocab.txt").is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no vocab.txt (a tokenizer or model folder holds one)")
+    return text
+
+
+def json_object(text: str) -> dict:
+    """A JSON object, given inline or as the path of a .json file."""
+    source = None
+    if not text.lstrip().startswith(("{", "[")):
+        source = Path(text)
+        if not source.is_file():
+            raise argparse.ArgumentTypeError(f"neither a JSON object nor a file: {text!r}")
+        try:
+            text = source.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise argparse.ArgumentTypeError(f"{source}: not UTF-8 text") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{source or 'the text'} is not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{source or 'the text'} is a JSON {type(value).__name__}, "
+                                         "expected an object of fields such as {\"num_hidden_layers\": 2}")
+    return value
+
+
+# ---- outputs ----
+def add_overwrite(parser, what: str) -> None:
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace an existing {what} at the output path (refused otherwise)")
+
+
+def _check_parent(path: Path) -> None:
+    """The nearest existing folder above `path` must be a folder we may write into."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"cannot create it: {parent} is a file", path)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create it: no permission to write in {parent}", path)
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "--out", overwrite: bool = False) -> None:
+    """An output file may be new, or an existing file with --overwrite; never a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"is a folder; {flag} names the file to write", path)
+    if path.exists() and not overwrite:
+        raise UserError(f"exists; pass --overwrite to replace it, or choose another {flag}", path)
+    _check_parent(path)
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "--out", overwrite: bool = False,
+                     markers: tuple[str, ...] = (), what: str = "result") -> None:
+    """An output folder may be new or empty; one that holds a previous `what` (any of `markers`)
+    needs --overwrite; one that holds other files is refused even then, so --overwrite never
+    deletes a folder it did not write."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"is a file; {flag} names a folder to write", path)
+    if path.is_dir() and any(path.iterdir()):
+        if not any((path / m).exists() for m in markers):
+            raise UserError(f"is a folder of other files, not a previous {what}; choose another {flag}", path)
+        if not overwrite:
+            raise UserError(f"holds a previous {what}; pass --overwrite to replace it, or choose another {flag}",
+                            path)
+    _check_parent(path)
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every default shown, except where there is none to show (None, an off switch, required)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or action.required or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block) and every default shown in --help."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):

@@ -10,34 +10,40 @@ bertkit / transformers. `--cases list` prints the cases. transformers must be in
 
 from __future__ import annotations
 
-import torch
-
-from bertkit.devices import resolve_device
-from bertkit.errors import UserError
+from bertkit.cli.args import add_overwrite, check_output_file, device_name, nonnegative_int, positive_int
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
+    parser.add_argument("--device", type=device_name, default="auto", help="cpu, cuda or auto (cuda when available)")
     parser.add_argument("--cases", default=None,
                         help="comma-separated case names (default: every case for the device); 'list' lists them")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per case (the median is reported)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per implementation first")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed rounds per case (the median is reported)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed steps per implementation first")
     parser.add_argument("--json", default=None, metavar="FILE", help="write one JSON record per case here")
+    add_overwrite(parser, "--json file")
     parser.add_argument("--compile", action="store_true", help="torch.compile bertkit's model")
     parser.add_argument("--int8", action="store_true", help="quantize bertkit to int8 in the CPU inference cases")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
+
+
+def check(args) -> None:
+    if args.json:
+        check_output_file(args.json, "--json", args.overwrite)
 
 
 def run(args) -> int:
+    import torch
+
     from bertkit.benchmark import CASES, Options, markdown_table, run_benchmarks, selected
     from bertkit.benchmark.spec import transformers_module
+    from bertkit.devices import resolve_device
 
     if args.cases == "list":
         for spec in CASES.values():
             print(f"{spec.name:<26} {spec.kind:<9} {'/'.join(spec.devices)}")
         return 0
-    if args.repeats < 1 or args.warmup < 0:
-        raise UserError("--repeats must be at least 1 and --warmup at least 0")
     device = resolve_device(args.device, allowed=("cpu", "cuda"))
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -5,27 +5,31 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bertkit.cli.args import nonnegative_int, positive_float, positive_int
+from bertkit.cli.pretrain import preset_name
 from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, help="run folder (default: runs/demo-YYYYmmdd-HHMMSS)")
-    parser.add_argument("--minutes", type=float, default=12.0,
-                        help="time budget; pretraining gets 75%% of it (default 12, under 15 in all on 2 cores)")
-    parser.add_argument("--preset", default="tiny", help="model size preset (default tiny: 2 layers, hidden 128)")
-    parser.add_argument("--articles-per-topic", type=int, default=None,
+    parser.add_argument("--minutes", type=positive_float, default=12.0,
+                        help="time budget; pretraining gets 75%% of it (under 15 minutes in all on 2 cores)")
+    parser.add_argument("--preset", type=preset_name, default="tiny",
+                        help="model size preset (tiny: 2 layers, hidden 128)")
+    parser.add_argument("--articles-per-topic", type=positive_int, default=None,
                         help="use only this many articles of each topic (a quicker, smaller demo)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the split, weights and order")
+
+
+def check(args) -> None:
+    if args.out and Path(args.out).exists():
+        raise UserError("run folder exists already; choose another --out", args.out)
 
 
 def run(args) -> int:
     from bertkit.demo import DemoPlan, run_demo
 
-    if args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, not {args.minutes}")
     out = Path(args.out) if args.out else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    if out.exists():
-        raise UserError("run folder exists already; choose another --out", out)
     plan = DemoPlan(minutes=args.minutes, preset=args.preset, seed=args.seed,
                     articles_per_topic=args.articles_per_topic)
     summary = run_demo(out, plan)

@@ -1,33 +1,50 @@
 """`bertkit embed`: one sentence vector per line of a text file, saved as a float32 .npy array.
 
 Row i of the array is line i of the input. Blank lines are refused (with their file:line)
-rather than skipped, so row numbers and line numbers can never drift apart.
+rather than skipped, so row numbers and line numbers can never drift apart. Lines longer than
+--max-length tokens are cut, and one note on stderr says how many were.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.cli import int_list
+from bertkit.cli import note_cut
+from bertkit.cli.args import (
+    add_overwrite,
+    check_output_file,
+    comma_ints,
+    device_name,
+    existing_file,
+    int_between,
+    model_dir,
+    positive_int,
+)
 from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="model directory (config.json, weights, vocab.txt); any head")
-    parser.add_argument("--input", required=True, help="text file (.txt/.gz/.xz), one sentence per line")
-    parser.add_argument("--pooling", required=True, choices=("cls", "mean", "max"),
-                        help="[CLS] vector, or mean / max over the real tokens")
-    parser.add_argument("--layers", default="-1",
-                        help="hidden layers to use, comma-separated; 0 is the embeddings, -1 the last (default -1)")
-    parser.add_argument("--combine", default="concat", choices=("concat", "sum", "mean"),
-                        help="how to join several layers (default concat)")
-    parser.add_argument("--normalize", action="store_true", help="scale every vector to unit length")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
-    parser.add_argument("--max-length", type=int, default=512, help="longest text in tokens; longer is cut (default 512)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when present)")
-    parser.add_argument("--out", required=True, help="output .npy file, written atomically")
-    parser.add_argument("--int8", action="store_true",
-                        help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster, slightly different vectors")
+    a = parser.add_argument
+    a("--model", required=True, type=model_dir, help="model directory (config.json, weights, vocab.txt); any head")
+    a("--input", required=True, type=existing_file, help="text file (.txt/.gz/.xz), one sentence per line")
+    a("--pooling", required=True, choices=("cls", "mean", "max"),
+      help="[CLS] vector, or mean / max over the real tokens")
+    a("--layers", type=comma_ints(), default="-1",
+      help="hidden layers to use, comma-separated; 0 is the embeddings, -1 the last")
+    a("--combine", default="concat", choices=("concat", "sum", "mean"), help="how to join several layers")
+    a("--normalize", action="store_true", help="scale every vector to unit length")
+    a("--batch-size", type=positive_int, default=32, help="texts per forward pass")
+    a("--max-length", type=int_between(3, 65535), default=512,
+      help="longest text in tokens (at most the model's positions); longer is cut")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    a("--out", required=True, help="output .npy file, written atomically")
+    add_overwrite(parser, "file")
+    a("--int8", action="store_true",
+      help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster, slightly different vectors")
+
+
+def check(args) -> None:
+    check_output_file(args.out, "--out", args.overwrite)
 
 
 def _read_sentences(path: Path) -> list[str]:
@@ -44,27 +61,26 @@ def _read_sentences(path: Path) -> list[str]:
 
 
 def run(args) -> int:
+    sentences = _read_sentences(Path(args.input))  # before torch is imported: a bad file is reported at once
     import numpy as np
 
     from bertkit.devices import resolve_device
     from bertkit.embed import embed_texts, load_encoder
     from bertkit.io import atomic_path
 
-    layers = list(int_list(args.layers, "--layers"))
-    if args.batch_size < 1 or args.max_length < 3:
-        raise UserError("--batch-size must be at least 1 and --max-length at least 3")
     device = resolve_device(args.device)
-    sentences = _read_sentences(Path(args.input))
+    if args.int8 and device.type != "cpu":
+        raise UserError("--int8 runs on the CPU: add --device cpu")
     model, tokenizer = load_encoder(args.model)
     if args.int8:
-        if device.type != "cpu":
-            raise UserError("--int8 runs on the CPU: add --device cpu")
         from bertkit.quantize import quantize_int8
 
         model = quantize_int8(model, inplace=True)
-    vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=layers, combine=args.combine,
+    report: dict = {}
+    vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=args.layers, combine=args.combine,
                           normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
-                          device=device)
+                          device=device, report=report)
+    note_cut("embed", report["cut"], len(sentences), report["max_length"])
     # np.save appends ".npy" to a bare name; through an open handle the name stays as given
     with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
         np.save(f, vectors)

@@ -15,28 +15,49 @@ import json
 import sys
 from pathlib import Path
 
+from bertkit.cli import note_cut
+from bertkit.cli.args import (
+    add_overwrite,
+    check_output_file,
+    device_name,
+    existing_file,
+    int_between,
+    model_dir,
+    positive_int,
+)
 from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
     from bertkit.finetune.registry import TASKS
 
-    parser.add_argument("--model", required=True,
-                        help="model directory (from `bertkit finetune`; any BERT directory for --zero-shot)")
-    parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--data", required=True, help="file in the task's layout, with gold labels")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-seq-len", type=int, default=None, help="default: the model's fine-tuning value")
-    parser.add_argument("--out", help="write the predictions here (the task's format, as finetune writes them)")
-    parser.add_argument("--text-columns", help="classify/regress: text column(s); default: as fine-tuned")
-    parser.add_argument("--label-column", help="classify/regress: label column; default: as fine-tuned")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--int8", action="store_true",
-                        help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference")
-    parser.add_argument("--zero-shot", action="store_true",
-                        help="stsb (or a regress pair table): cosine of untrained sentence embeddings vs gold")
-    parser.add_argument("--pooling", choices=("cls", "mean", "max"), default="mean", help="for --zero-shot")
+    a = parser.add_argument
+    a("--model", required=True, type=model_dir,
+      help="model directory (from `bertkit finetune`; any BERT directory for --zero-shot)")
+    a("--task", required=True, choices=TASKS, help="the task the model was fine-tuned for")
+    a("--data", required=True, type=existing_file, help="file in the task's layout, with gold labels")
+    a("--batch-size", type=positive_int, default=64, help="inputs per forward pass")
+    a("--max-seq-len", type=int_between(8, 512), default=None, help="default: the model's fine-tuning value")
+    a("--out", help="write the predictions here (the task's format, as finetune writes them)")
+    add_overwrite(parser, "predictions file")
+    a("--text-columns", help="classify/regress: text column(s); default: as fine-tuned")
+    a("--label-column", help="classify/regress: label column; default: as fine-tuned")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
+    a("--int8", action="store_true",
+      help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference")
+    a("--zero-shot", action="store_true",
+      help="stsb (or a regress pair table): cosine of untrained sentence embeddings vs gold")
+    a("--pooling", choices=("cls", "mean", "max"), default="mean", help="for --zero-shot")
+
+
+def check(args) -> None:
+    if args.zero_shot and args.out:
+        raise UserError("--zero-shot writes no predictions: drop --out")
+    if args.int8 and (args.precision != "fp32" or args.zero_shot):
+        raise UserError("--int8 runs fine-tuned models on the CPU in fp32: no --precision bf16 or --zero-shot")
+    if args.out:
+        check_output_file(args.out, "--out", args.overwrite)
 
 
 def run(args) -> int:
@@ -44,23 +65,18 @@ def run(args) -> int:
     from bertkit.finetune.task import Runtime
 
     model_dir = Path(args.model)
-    if not model_dir.is_dir():
-        raise UserError("no such model directory", model_dir)
-    if not Path(args.data).is_file():
-        raise UserError("--data: no such file", args.data)
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     rt = Runtime(resolve_device(args.device), args.precision, args.batch_size)
-    if args.int8 and (rt.device.type != "cpu" or args.precision != "fp32" or args.zero_shot):
-        raise UserError("--int8 runs fine-tuned models on the CPU in fp32: use --device cpu, no --precision bf16 "
-                        "or --zero-shot")
+    if args.int8 and rt.device.type != "cpu":
+        raise UserError("--int8 runs on the CPU: add --device cpu")
     columns = args.text_columns.split(",") if args.text_columns else None
     if args.zero_shot:
         from bertkit.eval.sts import read_scored_pairs, zero_shot_similarity
 
         examples, spec = read_scored_pairs(args.task, args.data, columns, args.label_column)
+        cut: dict = {}
         metrics = zero_shot_similarity(model_dir, examples, spec, args.pooling, args.batch_size,
-                                       args.max_seq_len or 128, rt.device)
+                                       args.max_seq_len or 128, rt.device, report=cut)
+        note_cut("evaluate", cut["cut"], 2 * len(examples), cut["max_length"])
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data), "zero_shot": True,
                   "pooling": args.pooling, "examples": len(examples), **metrics}
     else:
@@ -69,6 +85,7 @@ def run(args) -> int:
 
         task = task_for_model(args.task, model_dir, rt, args.max_seq_len, columns, args.label_column)
         metrics, data, predictions = evaluate_saved(task, model_dir, args.data, rt, int8=args.int8)
+        note_cut("evaluate", data.cut, len(data.features), task.max_seq_len)
         if args.out:
             task.write_predictions(Path(args.out), data, predictions)
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data),

@@ -9,7 +9,8 @@ allow_pickle=False) holding
 - `tokens` (N,) str: the WordPiece tokens;
 - `layers` (k,) int64 and `combine` (a 0-d str): how the features were made.
 Layer numbers index the hidden states: 0 is the embedding output, 1..L the layers, -1 the last.
-The file is written atomically.
+Sentences longer than --max-length tokens are cut (one note on stderr says how many). The file
+is written atomically.
 """
 
 from __future__ import annotations
@@ -17,47 +18,63 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bertkit.cli import int_list
+from bertkit.cli import note_cut
+from bertkit.cli.args import (
+    add_overwrite,
+    check_output_file,
+    comma_ints,
+    device_name,
+    existing_file,
+    int_between,
+    model_dir,
+    positive_int,
+)
 from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="model directory (HF format + vocab.txt)")
-    parser.add_argument("--input", required=True, help="text file, one sentence per line (.txt/.gz/.xz)")
-    parser.add_argument("--out", required=True, help="output .npz file")
-    parser.add_argument("--layers", default="-4,-3,-2,-1",
-                        help="comma-separated hidden-state indices (0 embeddings, -1 last layer)")
-    parser.add_argument("--combine", choices=("concat", "sum"), default="concat")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per sentence, [CLS]/[SEP] included")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--device", default="auto")
+    a = parser.add_argument
+    a("--model", required=True, type=model_dir, help="model directory (HF format + vocab.txt)")
+    a("--input", required=True, type=existing_file, help="text file, one sentence per line (.txt/.gz/.xz)")
+    a("--out", required=True, help="output .npz file")
+    add_overwrite(parser, "file")
+    a("--layers", type=comma_ints(), default="-4,-3,-2,-1",
+      help="comma-separated hidden-state indices (0 embeddings, -1 last layer)")
+    a("--combine", choices=("concat", "sum"), default="concat", help="layers side by side, or their sum")
+    a("--max-length", type=int_between(2, 512), default=128,
+      help="tokens per sentence, [CLS]/[SEP] included (at most the model's positions); longer is cut")
+    a("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+
+
+def check(args) -> None:
+    if Path(args.out).suffix != ".npz":
+        raise UserError("output must end in .npz", args.out)
+    check_output_file(args.out, "--out", args.overwrite)
 
 
 def run(args) -> int:
+    from bertkit.io import atomic_path, read_lines
+
+    sentences = list(read_lines(args.input))  # before torch is imported: a bad file is reported at once
+    if not sentences:
+        raise UserError("no lines in input", args.input)
     import numpy as np
 
     from bertkit.devices import resolve_device
     from bertkit.embed import load_encoder, token_features
-    from bertkit.io import atomic_path, read_lines
 
-    out = Path(args.out)
-    if out.suffix != ".npz":
-        raise UserError("output must end in .npz", out)
-    if args.batch_size < 1 or not 2 <= args.max_length <= 512:
-        raise UserError("--batch-size must be >= 1 and --max-length between 2 and 512")
-    sentences = list(read_lines(args.input))
-    if not sentences:
-        raise UserError("no lines in input", args.input)
-    model, tokenizer = load_encoder(args.model)
-    layers = int_list(args.layers, "--layers")
     device = resolve_device(args.device)
+    model, tokenizer = load_encoder(args.model)
     t0 = time.time()
-    features, offsets, tokens = token_features(model, tokenizer, sentences, layers, args.combine, args.max_length,
-                                               args.batch_size, device)
-    with atomic_path(out) as tmp:
+    report: dict = {}
+    features, offsets, tokens = token_features(model, tokenizer, sentences, args.layers, args.combine, args.max_length,
+                                               args.batch_size, device, report=report)
+    note_cut("features", report["cut"], len(sentences), report["max_length"])
+    with atomic_path(args.out) as tmp:
         with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
             np.savez(f, features=features, offsets=offsets, tokens=np.asarray(tokens, dtype=np.str_),
-                     layers=np.asarray(layers, dtype=np.int64), combine=np.asarray(args.combine))
+                     layers=np.asarray(args.layers, dtype=np.int64), combine=np.asarray(args.combine))
     print(f"{len(sentences)} sentences, {features.shape[0]} tokens x {features.shape[1]} features "
-          f"(layers {','.join(map(str, layers))}, {args.combine}) in {time.time() - t0:.1f}s -> {out}")
+          f"(layers {','.join(map(str, args.layers))}, {args.combine}) in {time.time() - t0:.1f}s -> {args.out}")
     return 0

@@ -4,84 +4,96 @@ Writes into OUT: model/ (HF format with vocabulary, loadable by the matching tra
 `BertFor...` class; the seed with the best dev main metric, after its last epoch),
 results.json (each seed's dev metrics per epoch, median and standard deviation, time, options),
 predictions.tsv|.json|.conll (that model's dev predictions: GLUE submission layout, SQuAD
-{id: answer}, CoNLL `token gold predicted`), train_loss.png and dev_<metric>.png.
+{id: answer}, CoNLL `token gold predicted`), train_loss.png and dev_<metric>.png. OUT is built
+under a hidden temporary name and appears when the run ends, so a failed or interrupted run
+leaves nothing behind; a previous result in OUT is replaced only with --overwrite.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.cli import int_list
+from bertkit.cli.args import (
+    add_overwrite,
+    check_output_dir,
+    comma_ints,
+    device_name,
+    existing_file,
+    int_between,
+    model_dir,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
 from bertkit.errors import UserError
+
+DEFAULT_LAYERS = (-4, -3, -2, -1)
+RESULT_MARKERS = ("results.json", "model")  # what a previous fine-tuning left in OUT
 
 
 def add_arguments(parser) -> None:
     from bertkit.finetune.registry import TASKS
 
-    parser.add_argument("--model", required=True, help="pretrained model directory (HF format + vocab.txt)")
-    parser.add_argument("--task", required=True, choices=TASKS, help="GLUE task, classify/regress, squad or ner")
-    parser.add_argument("--train", required=True, help="training file (official layout for GLUE/SQuAD/CoNLL)")
-    parser.add_argument("--dev", help="dev file to evaluate after each epoch (optional for squad --split-articles)")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=None,
-                        help="peak learning rate (default 2e-5; 1e-3 for the --feature-based tagger)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-seq-len", type=int, default=None, help="tokens per input (default 128; squad 384)")
-    parser.add_argument("--warmup", type=float, default=0.1, help="warm-up: fraction of steps (<1) or steps")
-    parser.add_argument("--weight-decay", type=float, default=0.01)
-    parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds; one run per seed")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    parser.add_argument("--max-train-examples", type=int, default=None,
-                        help="train on a random subset of this many examples (fixed seed 0)")
-    parser.add_argument("--eval-batch-size", type=int, default=64)
-    parser.add_argument("--text-columns", help="classify/regress: one or two text column names, comma-separated")
-    parser.add_argument("--label-column", help="classify/regress: the label column name")
-    parser.add_argument("--split-articles", type=int, default=None, metavar="K",
-                        help="squad: train on K articles of --train, evaluate on the others (unless --dev)")
-    parser.add_argument("--feature-based", action="store_true",
-                        help="ner: freeze BERT, train a BiLSTM on its last four layers (paper §5.3)")
-    parser.add_argument("--layers", default="-4,-3,-2,-1",
-                        help="--feature-based: hidden states to concatenate (0 embeddings, -1 last layer)")
-    parser.add_argument("--group-by-length", action="store_true",
-                        help="batch inputs of similar length together (less padding; faster on CPU)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    a = parser.add_argument
+    a("--model", required=True, type=model_dir, help="pretrained model directory (HF format + vocab.txt)")
+    a("--task", required=True, choices=TASKS, help="GLUE task, classify/regress, squad or ner")
+    a("--train", required=True, type=existing_file, help="training file (official layout for GLUE/SQuAD/CoNLL)")
+    a("--dev", type=existing_file, help="dev file to evaluate after each epoch (optional for squad --split-articles)")
+    a("--out", required=True, help="output folder: model/, results.json, predictions, plots")
+    add_overwrite(parser, "fine-tuning result")
+    a("--epochs", type=positive_int, default=3, help="passes over the training set, per seed")
+    a("--lr", type=positive_float, default=None,
+      help="peak learning rate (default 2e-5; 1e-3 for the --feature-based tagger)")
+    a("--batch-size", type=positive_int, default=32, help="training examples per step")
+    a("--max-seq-len", type=int_between(8, 512), default=None, help="tokens per input (default 128; squad 384)")
+    a("--warmup", type=nonnegative_float, default=0.1, help="warm-up: below 1 a fraction of the steps, else steps")
+    a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
+    a("--seeds", type=comma_ints(low=0, unique=True), default="1,2,3",
+      help="comma-separated seeds; one full fine-tuning run per seed")
+    a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast (weights stay fp32)")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    a("--max-train-examples", type=positive_int, default=None,
+      help="train on a random subset of this many examples (fixed seed 0)")
+    a("--eval-batch-size", type=positive_int, default=64, help="inputs per forward pass when evaluating")
+    a("--text-columns", help="classify/regress: one or two text column names, comma-separated")
+    a("--label-column", help="classify/regress: the label column name")
+    a("--split-articles", type=positive_int, default=None, metavar="K",
+      help="squad: train on K articles of --train, evaluate on the others (unless --dev)")
+    a("--feature-based", action="store_true",
+      help="ner: freeze BERT, train a BiLSTM on its last four layers (paper §5.3)")
+    a("--layers", type=comma_ints(), default=",".join(map(str, DEFAULT_LAYERS)),
+      help="--feature-based: hidden states to concatenate (0 embeddings, -1 last layer)")
+    a("--group-by-length", action="store_true",
+      help="batch inputs of similar length together (less padding; faster on CPU)")
+    a("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
-def _check_args(args) -> None:
-    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
-                        ("--eval-batch-size", args.eval_batch_size)):
-        if value < 1:
-            raise UserError(f"{flag} must be at least 1, got {value}")
-    if args.max_seq_len is not None and not 8 <= args.max_seq_len <= 512:
-        raise UserError(f"--max-seq-len must be between 8 and 512, got {args.max_seq_len}")
+def check(args) -> None:
+    """What needs several flags or the file system; every single flag was checked when parsed."""
     if args.feature_based and args.task != "ner":
         raise UserError("--feature-based applies to --task ner only")
-    if args.layers != "-4,-3,-2,-1" and not args.feature_based:
+    if args.layers != DEFAULT_LAYERS and not args.feature_based:
         raise UserError("--layers applies to --feature-based only")
     if args.split_articles is not None and args.task != "squad":
         raise UserError("--split-articles applies to --task squad only")
     if args.dev is None and args.split_articles is None:
         raise UserError("--dev is required (or, for squad, --split-articles K)")
-    for flag, value in (("--train", args.train), ("--dev", args.dev)):
-        if value is not None and not Path(value).is_file():
-            raise UserError(f"{flag}: no such file", value)
+    check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "fine-tuning result")
 
 
 def job_from_args(args):
-    """The FinetuneJob the command line asks for (after `_check_args`)."""
+    """The FinetuneJob the command line asks for (after `check`)."""
     from bertkit.finetune.loop import Hyper
     from bertkit.finetune.run import FinetuneJob
 
     lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
     hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay,
-               seeds=int_list(args.seeds, "--seeds"), group_by_length=args.group_by_length)
+               seeds=args.seeds, group_by_length=args.group_by_length)
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
     return FinetuneJob(
         model=args.model, task=args.task, train=args.train, out=args.out, dev=args.dev, hyper=hp,
         max_seq_len=args.max_seq_len, text_columns=columns, label_column=args.label_column,
-        feature_based=args.feature_based, layers=int_list(args.layers, "--layers") if args.feature_based else None,
+        feature_based=args.feature_based, layers=args.layers if args.feature_based else None,
         split_articles=args.split_articles, max_train_examples=args.max_train_examples, device=args.device,
         precision=args.precision, eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
 
@@ -89,7 +101,6 @@ def job_from_args(args):
 def run(args, new_model=None) -> int:
     from bertkit.finetune.run import run_job
 
-    _check_args(args)
     results = run_job(job_from_args(args), log=lambda line: print(line, flush=True), new_model=new_model,
                       args=dict(vars(args)))
     _print_summary(results, Path(args.out))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bertkit.cli.args import model_dir
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", help="model directory (config.json + model.safetensors)")
+    parser.add_argument("model", type=model_dir, help="model directory (config.json + model.safetensors)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 

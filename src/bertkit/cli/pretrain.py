@@ -2,49 +2,111 @@
 
 Under `torchrun --nproc-per-node N` the same command trains data-parallel; --batch-size is the
 global batch, split over processes and --grad-accum micro-steps, so results do not depend on N.
+SIGTERM or Ctrl-C saves a checkpoint and exits with status 143 or 130 (128 + the signal).
 """
 
 from __future__ import annotations
 
+import argparse
+
+from bertkit.cli.args import (
+    device_name,
+    existing_dir,
+    float_in,
+    json_object,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    tokenizer_dir,
+)
+from bertkit.errors import UserError
+
+
+def preset_name(text: str) -> str:
+    from bertkit.config import PRESETS
+
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r}; choose from {', '.join(PRESETS)}")
+    return text
+
+
+def mask_rule(text: str) -> str:
+    """M/R/K: percent of the chosen tokens replaced by [MASK] / by a random token / kept."""
+    try:
+        parts = [float(p) for p in text.split("/")]
+    except ValueError:
+        parts = []
+    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 100) > 1e-6:
+        raise argparse.ArgumentTypeError(f"expected three percentages MASK/RANDOM/KEEP summing to 100 such as "
+                                         f"80/10/10, not {text!r}")
+    return text
+
 
 def add_arguments(parser) -> None:
     a = parser.add_argument
-    a("--data", required=True, help="folder written by `bertkit prepare`")
+    a("--data", required=True, type=existing_dir, help="folder written by `bertkit prepare`")
     a("--out", required=True, help="run folder: checkpoints/, model/, metrics.jsonl, loss.png, ...")
-    a("--preset", default="mini", help="model shape: tiny, mini, small, medium, base, large (default mini)")
+    a("--preset", type=preset_name, default="mini", help="model shape: tiny, mini, small, medium, base, large")
     length = parser.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, help="optimizer updates (default 1000)")
-    length.add_argument("--minutes", type=float, help="train for this much wall-clock time instead")
+    length.add_argument("--steps", type=positive_int, help="optimizer updates (default 1000)")
+    length.add_argument("--minutes", type=positive_float, help="train for this much wall-clock time instead")
     a("--objective", default="mlm+nsp", choices=("mlm+nsp", "mlm", "ltr"),
       help="mlm+nsp (BERT), mlm (no NSP), ltr (left-to-right, next token)")
-    a("--batch-size", type=int, default=32, help="global batch in sequences (default 32)")
-    a("--grad-accum", type=int, default=1, help="micro-steps per update (default 1)")
-    a("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
-    a("--warmup", type=float, default=0.01, help="warm-up: below 1 a fraction of the run, else steps")
-    a("--weight-decay", type=float, default=0.01)
-    a("--mask-rate", type=float, default=0.15, help="fraction of tokens to predict (default 0.15)")
+    a("--batch-size", type=positive_int, default=32, help="global batch in sequences")
+    a("--grad-accum", type=positive_int, default=1, help="micro-steps per update")
+    a("--lr", type=positive_float, default=1e-4, help="peak learning rate")
+    a("--warmup", type=nonnegative_float, default=0.01, help="warm-up: below 1 a fraction of the run, else steps")
+    a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
+    a("--mask-rate", type=float_in(0, 1, low_open=True, high_open=True), default=0.15,
+      help="fraction of tokens to predict")
     a("--whole-word-mask", action="store_true", help="mask every piece of a chosen word")
-    a("--mask-rule", default="80/10/10", metavar="M/R/K",
-      help="of the chosen tokens, percent replaced by [MASK] / by a random token / kept (default 80/10/10)")
+    a("--mask-rule", type=mask_rule, default="80/10/10", metavar="M/R/K",
+      help="of the chosen tokens, percent replaced by [MASK] / by a random token / kept")
     a("--mask-all", action="store_true", help="ablation: chosen tokens always become [MASK] (--mask-rule 100/0/0)")
-    a("--precision", default="fp32", choices=("fp32", "bf16"))
+    a("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16: autocast (weights stay fp32)")
     a("--compile", action="store_true", help="torch.compile the model")
-    a("--save-every", type=int, default=1000, help="steps between checkpoints")
-    a("--eval-every", type=int, default=500, help="steps between validations")
-    a("--log-every", type=int, default=10, help="steps between status lines")
-    a("--eval-samples", type=int, default=512, help="validation sequences scored at each evaluation (0: no evaluation)")
-    a("--keep", type=int, default=2, help="checkpoints to keep (default 2)")
-    a("--seed", type=int, default=0)
-    a("--resume", action="store_true", help="continue from RUN_DIR's newest complete checkpoint")
-    a("--max-grad-norm", type=float, default=1.0, help="clip the gradient norm (0: no clipping)")
-    a("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    a("--tokenizer", help="check that DATA_DIR was prepared with this tokenizer (folder with vocab.txt)")
-    a("--config-json", help='model config overrides: a JSON object or a .json file, e.g. \'{"num_hidden_layers": 2}\'')
+    a("--save-every", type=positive_int, default=1000, help="steps between checkpoints")
+    a("--eval-every", type=positive_int, default=500, help="steps between validations")
+    a("--log-every", type=positive_int, default=10, help="steps between status lines")
+    a("--eval-samples", type=nonnegative_int, default=512,
+      help="validation sequences scored at each evaluation (0: no evaluation)")
+    a("--keep", type=nonnegative_int, default=2, help="checkpoints to keep (0: all)")
+    a("--seed", type=nonnegative_int, default=0, help="seed of the initial weights, data order and masking")
+    a("--resume", action="store_true",
+      help="continue RUN_DIR's newest complete checkpoint (same model, objective, batch, masking and data; "
+           "changed options such as --lr or --steps are recorded in RUN_DIR/config.json's resumes)")
+    a("--overwrite", action="store_true", help="start again in a RUN_DIR that holds a previous run, deleting it")
+    a("--max-grad-norm", type=nonnegative_float, default=1.0, help="clip the gradient norm (0: no clipping)")
+    a("--device", type=device_name, default="auto", help="auto, cpu or cuda")
+    a("--tokenizer", type=tokenizer_dir,
+      help="check that DATA_DIR was prepared with this tokenizer (folder with vocab.txt)")
+    a("--config-json", type=json_object, default=None,
+      help='model config overrides: a JSON object or a .json file, e.g. \'{"num_hidden_layers": 2}\'')
+
+
+def check(args) -> None:
+    import dataclasses
+
+    from bertkit.config import BertConfig
+
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues a run and --overwrite starts it again: give one")
+    if args.minutes is not None and args.warmup >= 1:
+        raise UserError("with --minutes, give --warmup as a fraction of the run (below 1)")
+    overrides = args.config_json or {}
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(BertConfig)})
+    if unknown:
+        raise UserError(f"--config-json: unknown model config field(s) {', '.join(unknown)}")
+    try:  # the overrides on their own; against the data's vocabulary and length once it is open
+        BertConfig.preset(args.preset, **overrides)
+    except ValueError as e:
+        raise UserError(f"--config-json: bad model config: {e}") from None
 
 
 def run(args) -> int:
     from bertkit.pretrain.loop import pretrain
-    from bertkit.pretrain.setup import TrainConfig, parse_overrides
+    from bertkit.pretrain.setup import TrainConfig
 
     cfg = TrainConfig(
         data=args.data, out=args.out, preset=args.preset, steps=args.steps, minutes=args.minutes,
@@ -54,6 +116,6 @@ def run(args) -> int:
         compile=args.compile, save_every=args.save_every, eval_every=args.eval_every,
         log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep, seed=args.seed,
         resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,
-        tokenizer=args.tokenizer, config_overrides=parse_overrides(args.config_json),
+        tokenizer=args.tokenizer, config_overrides=args.config_json or {}, overwrite=args.overwrite,
     )
     return pretrain(cfg)

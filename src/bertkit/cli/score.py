@@ -12,28 +12,38 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bertkit.cli.args import existing_file
 from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--task", required=True, help="squad, ner, or a GLUE task (cola, sst2, mrpc, stsb, rte, ...)")
-    parser.add_argument("--gold", help="gold file: SQuAD JSON, CoNLL file, or the GLUE task's TSV")
-    parser.add_argument("--pred", help="predictions: JSON {id: answer}, CoNLL file, or one label per line")
-    parser.add_argument("--conlleval", metavar="FILE", help="NER only: one file in conlleval's layout "
-                        "(gold and predicted tag in the last two columns, blank line between sentences)")
+    parser.add_argument("--gold", type=existing_file, help="gold file: SQuAD JSON, CoNLL file, or the GLUE task's TSV")
+    parser.add_argument("--pred", type=existing_file,
+                        help="predictions: JSON {id: answer}, CoNLL file, or one label per line")
+    parser.add_argument("--conlleval", metavar="FILE", type=existing_file,
+                        help="NER only: one file in conlleval's layout (gold and predicted tag in the last two "
+                             "columns, blank line between sentences)")
+
+
+def check(args) -> None:
+    task = args.task.lower()
+    if task == "ner" and args.conlleval:
+        if args.gold or args.pred:
+            raise UserError("give either --conlleval FILE or --gold and --pred, not both")
+    elif args.conlleval:
+        raise UserError("--conlleval applies to --task ner only")
+    elif not args.gold or not args.pred:
+        raise UserError(f"--task {args.task} needs --gold FILE and --pred FILE")
 
 
 def run(args) -> int:
     from bertkit.eval.score import score_conlleval_file, score_glue, score_ner, score_squad
 
     task = args.task.lower()
-    if task == "ner" and args.conlleval:
-        if args.gold or args.pred:
-            raise UserError("give either --conlleval FILE or --gold and --pred, not both")
+    if args.conlleval:
         result = score_conlleval_file(Path(args.conlleval))
     else:
-        if not args.gold or not args.pred:
-            raise UserError(f"--task {args.task} needs --gold FILE and --pred FILE")
         gold, pred = Path(args.gold), Path(args.pred)
         if task == "squad":
             result = score_squad(gold, pred)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import unicodedata
 
-from bertkit.errors import UserError
+from bertkit.cli.args import int_at_least, tokenizer_dir
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="model or tokenizer directory (holding vocab.txt)")
+    parser.add_argument("--model", required=True, type=tokenizer_dir,
+                        help="model or tokenizer directory (holding vocab.txt)")
     parser.add_argument("text", help="the text to tokenize")
     parser.add_argument("pair", nargs="?", help="optional second text: [CLS] text [SEP] pair [SEP]")
-    parser.add_argument("--max-length", type=int, help="truncate to this many tokens (longest text first)")
+    parser.add_argument("--max-length", type=int_at_least(3),
+                        help="truncate to this many tokens, [CLS] and [SEP] included (longest text first)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -35,8 +37,6 @@ def _table(rows: list[list[str]]) -> str:
 def run(args) -> int:
     from bertkit.tokenizer import Tokenizer
 
-    if args.max_length is not None and args.max_length < 3:
-        raise UserError(f"--max-length must be at least 3 ([CLS], a token, [SEP]), got {args.max_length}")
     tokenizer = Tokenizer.from_pretrained(args.model)
     e = tokenizer.encode(args.text, args.pair, max_length=args.max_length, truncation=args.max_length is not None)
     sources = (args.text, args.pair)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 
-from bertkit.errors import UserError
+from bertkit.cli.args import add_overwrite, check_output_dir, existing_path, int_at_least, positive_int
+from bertkit.tokenizer import SPECIAL_TOKENS
 
 TRAIN_SUFFIXES = (".txt", ".gz", ".xz")
 
@@ -22,22 +23,24 @@ TRAIN_SUFFIXES = (".txt", ".gz", ".xz")
 def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = sub.add_parser("train", help="learn a WordPiece vocabulary from text")
-    train.add_argument("--input", nargs="+", required=True, metavar="PATH",
+    train.add_argument("--input", nargs="+", required=True, metavar="PATH", type=existing_path,
                        help="UTF-8 text files (.txt/.gz/.xz) or folders searched recursively for them")
-    train.add_argument("--vocab-size", type=int, required=True, help="entries in the vocabulary, specials included")
+    train.add_argument("--vocab-size", type=int_at_least(len(SPECIAL_TOKENS) + 1), required=True,
+                       help="entries in the vocabulary, specials included")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
-    train.add_argument("--min-frequency", type=int, default=2, help="least count for a merged piece (default 2)")
+    train.add_argument("--min-frequency", type=positive_int, default=2, help="least count for a merged piece")
     train.add_argument("--out", required=True, help="folder to write the tokenizer into")
+    add_overwrite(train, "vocabulary")
+
+
+def check(args) -> None:
+    check_output_dir(args.out, "--out", args.overwrite, ("vocab.txt",), "vocabulary")
 
 
 def run(args) -> int:
     from bertkit.io import atomic_dir, expand_inputs
-    from bertkit.tokenizer import SPECIAL_TOKENS, Tokenizer
+    from bertkit.tokenizer import Tokenizer
 
-    if args.vocab_size <= len(SPECIAL_TOKENS):
-        raise UserError(f"--vocab-size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {args.vocab_size}")
-    if args.min_frequency < 1:
-        raise UserError(f"--min-frequency must be at least 1, got {args.min_frequency}")
     files = expand_inputs(args.input, suffixes=TRAIN_SUFFIXES)
     size_mb = sum(f.stat().st_size for f in files) / 1e6
     print(f"training a {args.vocab_size:,}-entry {'cased' if args.cased else 'uncased'} vocabulary "

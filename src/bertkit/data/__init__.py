@@ -6,18 +6,26 @@ packed sequences), masking.py (80/10/10). Fine-tuning: glue.py (GLUE and your ow
 squad.py (SQuAD windows), ner.py (CoNLL and first-piece labels). batching.py pads for both.
 """
 
-from bertkit.data.corpus import read_documents, split_sentences
-from bertkit.data.manifest import check_tokenizer, read_manifest
-from bertkit.data.masking import Masker, MaskingConfig, continuation_table
-from bertkit.data.shards import PretrainingDataset
+import importlib
 
-__all__ = [
-    "Masker",
-    "MaskingConfig",
-    "PretrainingDataset",
-    "check_tokenizer",
-    "continuation_table",
-    "read_documents",
-    "read_manifest",
-    "split_sentences",
-]
+# Imported on first use, so a command that needs only the readers (or only checks its flags)
+# does not import torch through masking.
+_EXPORTS = {
+    "read_documents": "bertkit.data.corpus",
+    "split_sentences": "bertkit.data.corpus",
+    "check_tokenizer": "bertkit.data.manifest",
+    "read_manifest": "bertkit.data.manifest",
+    "Masker": "bertkit.data.masking",
+    "MaskingConfig": "bertkit.data.masking",
+    "continuation_table": "bertkit.data.masking",
+    "PretrainingDataset": "bertkit.data.shards",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bertkit.data' has no attribute {name!r}")

@@ -118,6 +118,7 @@ def encode_sentences(tokenizer, sentences: list[Sentence], label2id: dict[str, i
             "attention_mask": encoding.attention_mask,
             "labels": align_labels(encoding.word_ids, word_labels),
             "word_ids": encoding.word_ids,
+            "truncated": encoding.truncated,  # words past max_length get no prediction
         })
     return items
 

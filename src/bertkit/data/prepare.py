@@ -3,7 +3,9 @@
 Files are read, split into documents and sentences (bertkit.data.corpus) and tokenized by a
 pool of worker processes, one file per task; the parent appends each file's ids to the token
 store as it arrives, so memory grows with the largest file, not the corpus. A file that is not
-valid UTF-8 (or a malformed JSONL line) is skipped whole with a warning naming file and line.
+text (bertkit.io.check_text: not UTF-8, NUL bytes, control characters), judged before any work
+starts, or that turns out to hold bad UTF-8 or a malformed JSONL line further on, is skipped
+whole with a warning naming file and line; when no file is text, the command stops at once.
 Validation documents are drawn at random (at least one when val_fraction > 0 and there are two
 documents or more); instances are then built per split (bertkit.data.instances) with random
 draws only among that split's documents, so no validation text leaks into training. Masking is
@@ -24,7 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bertkit.errors import UserError
-from bertkit.io import atomic_dir, expand_inputs
+from bertkit.io import atomic_dir, expand_inputs, text_files
 
 SENTENCES_PER_BATCH = 8192  # sentences per encode_batch call: bounded memory, enough to parallelise
 FORMATS = ("nsp", "packed")
@@ -187,12 +189,15 @@ def prepare_corpus(inputs: list, tokenizer_dir, out, options: PrepareOptions = P
     tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
     if "[MASK]" not in tokenizer.vocab:
         raise UserError("the vocabulary has no [MASK] token, which masked-LM pretraining needs", tokenizer_dir)
-    files = expand_inputs(inputs)
+    found = expand_inputs(inputs)
+    files, warnings = text_files(found)
+    for warning in warnings:
+        print(f"bertkit prepare: warning: {warning}", file=sys.stderr, flush=True)
     dtype = token_dtype(len(tokenizer))
     with atomic_dir(out) as tmp:
         store_writer = TokenStoreWriter(tmp / "corpus", dtype)
         try:
-            warnings = _tokenize_all(files, str(tokenizer_dir), dtype, options.workers, store_writer)
+            warnings += _tokenize_all(files, str(tokenizer_dir), dtype, options.workers, store_writer)
         finally:
             store_writer.close()
         if store_writer.n_tokens == 0:
@@ -206,7 +211,7 @@ def prepare_corpus(inputs: list, tokenizer_dir, out, options: PrepareOptions = P
             "val": _build_split("val", val, store, tmp, options, tokenizer, dtype, options.seed + 1),
         }
         tokenizer.save_pretrained(tmp / "tokenizer")
-        corpus = {"files": len(files), "skipped_files": warnings, "documents": store.n_documents,
+        corpus = {"files": len(found), "skipped_files": warnings, "documents": store.n_documents,
                   "sentences": int(len(store.sentence_ends)), "tokens": int(len(store.tokens)),
                   "token_dtype": dtype.name}
         recorded = {"input": [str(p) for p in inputs], "tokenizer": str(tokenizer_dir), "out": str(out),

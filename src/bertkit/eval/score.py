@@ -3,18 +3,25 @@
 SQuAD: a JSON {question id: answer text} against the official JSON; NER: a CoNLL file of
 predicted tags against the gold CoNLL file (same sentences and tokens), or one file in
 conlleval's layout; GLUE: one label per line (or GLUE's index/prediction layout) against the
-task's TSV.
+task's TSV. Predictions are matched to gold by question id (SQuAD) or by position (NER, GLUE):
+when no SQuAD id matches, the files do not belong together and scoring stops; when only some
+do, a warning on stderr gives the counts (the unmatched gold questions score 0).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from bertkit.errors import UserError
 
 
-def score_squad(gold: Path, pred: Path) -> dict:
+def _warn(message: str) -> None:
+    print(f"bertkit score: warning: {message}", file=sys.stderr, flush=True)
+
+
+def score_squad(gold: Path, pred: Path, warn=_warn) -> dict:
     from bertkit.data.squad import read_squad
     from bertkit.eval.squad import evaluate
 
@@ -27,6 +34,17 @@ def score_squad(gold: Path, pred: Path) -> dict:
         raise UserError(f"not a JSON predictions file ({e})", pred) from None
     if not isinstance(predictions, dict) or not all(isinstance(v, str) for v in predictions.values()):
         raise UserError('expected a JSON object {"question id": "answer text"}', pred)
+    if not predictions:
+        raise UserError("no predictions in the file", pred)
+    gold_ids = {e.id for e in examples}
+    matched = len(gold_ids.intersection(predictions))
+    if not matched:
+        raise UserError(f"none of its {len(predictions):,} question ids (such as {next(iter(predictions))!r}) is in "
+                        f"the gold file {gold}: predictions for another data set?", pred)
+    if matched < len(predictions) or matched < len(gold_ids):
+        warn(f"{matched:,} of the {len(predictions):,} predictions in {pred} match the {len(gold_ids):,} gold "
+             f"questions of {gold}; {len(predictions) - matched:,} are ignored and "
+             f"{len(gold_ids) - matched:,} gold questions without a prediction score 0")
     return evaluate(examples, predictions)
 
 

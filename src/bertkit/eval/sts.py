@@ -29,8 +29,9 @@ def read_scored_pairs(task: str, path, text_columns: list[str] | None = None, la
 
 
 def zero_shot_similarity(model_dir: str | Path, examples, spec, pooling: str = "mean", batch_size: int = 64,
-                         max_length: int = 128, device="cpu") -> dict:
-    """Pearson and Spearman (x100) of the pairs' embedding cosines against their gold scores."""
+                         max_length: int = 128, device="cpu", report: dict | None = None) -> dict:
+    """Pearson and Spearman (x100) of the pairs' embedding cosines against their gold scores;
+    `report`, when given, gets how many texts were cut to the token limit (as `embed_texts`)."""
     import numpy as np
 
     from bertkit.embed import embed_texts, load_encoder
@@ -38,7 +39,10 @@ def zero_shot_similarity(model_dir: str | Path, examples, spec, pooling: str = "
 
     model, tokenizer = load_encoder(Path(model_dir))
     kw = dict(pooling=pooling, normalize=True, batch_size=batch_size, max_length=max_length, device=device)
-    a = np.asarray(embed_texts(model, tokenizer, [e.text_a for e in examples], **kw), dtype=np.float64)
-    b = np.asarray(embed_texts(model, tokenizer, [e.text_b for e in examples], **kw), dtype=np.float64)
+    first, second = {}, {}
+    a = np.asarray(embed_texts(model, tokenizer, [e.text_a for e in examples], report=first, **kw), dtype=np.float64)
+    b = np.asarray(embed_texts(model, tokenizer, [e.text_b for e in examples], report=second, **kw), dtype=np.float64)
+    if report is not None:
+        report.update(cut=first["cut"] + second["cut"], max_length=first["max_length"])
     cosine = (a * b).sum(axis=1)  # unit vectors
     return task_metrics(spec, cosine.tolist(), [float(e.label) for e in examples])

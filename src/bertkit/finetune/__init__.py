@@ -7,9 +7,20 @@
 - `registry.py`: task names -> task objects, and a saved model -> the task it was trained for.
 """
 
-from bertkit.finetune.loop import Hyper, SeedRun, finetune, summarize
-from bertkit.finetune.registry import GLUE_TASKS, RUN_FILE, TASKS, make_task, task_for_model
-from bertkit.finetune.task import Batch, Prepared, Runtime, Task
+import importlib
 
-__all__ = ["GLUE_TASKS", "RUN_FILE", "TASKS", "Batch", "Hyper", "Prepared", "Runtime", "SeedRun", "Task",
-           "finetune", "make_task", "summarize", "task_for_model"]
+# Imported on first use, so `bertkit finetune --help` and a mistyped flag need no torch.
+_EXPORTS = {
+    **dict.fromkeys(("Hyper", "SeedRun", "finetune", "summarize"), "bertkit.finetune.loop"),
+    **dict.fromkeys(("GLUE_TASKS", "RUN_FILE", "TASKS", "make_task", "task_for_model"), "bertkit.finetune.registry"),
+    **dict.fromkeys(("Batch", "Prepared", "Runtime", "Task"), "bertkit.finetune.task"),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bertkit.finetune' has no attribute {name!r}")

@@ -166,11 +166,19 @@ def finetune(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hy
     """Fine-tune one model per seed; save the best seed's model, predictions, results and plots.
 
     `new_model(task, model_dir)` builds each seed's model (default: the task's own head)."""
-    from bertkit.plots import plot_finetuning
-
     if not train.features:
         raise UserError("no training features (is the training file empty?)")
-    out.mkdir(parents=True, exist_ok=True)
+    # Written under a temporary name and renamed at the end: a failed or interrupted run leaves
+    # no half-filled folder, and a previous result is replaced only by a complete one.
+    with atomic_dir(out) as tmp:
+        results = _train_and_save(task, model_dir, train, dev, hp, rt, tmp, tokenizer, run_info, log, new_model)
+    return results
+
+
+def _train_and_save(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime, out: Path,
+                    tokenizer, run_info: dict, log, new_model) -> dict:
+    from bertkit.plots import plot_finetuning
+
     runs: list[SeedRun] = []
     best = None
     start = time.time()

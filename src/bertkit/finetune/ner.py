@@ -57,7 +57,7 @@ class TokenTask(HeadTask):
         encoded = encode_sentences(self.tokenizer, sentences_to_encode, self.label2id, self.max_seq_len)
         features = [{k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask", "labels")} for f in encoded]
         return Prepared(sentences, features, [len(f["input_ids"]) for f in features],
-                        decoding=[f["word_ids"] for f in encoded])
+                        decoding=[f["word_ids"] for f in encoded], cut=sum(f["truncated"] for f in encoded))
 
     def predict(self, model, data: Prepared, rt: Runtime) -> list[list[str]]:
         from bertkit.data.ner import word_predictions

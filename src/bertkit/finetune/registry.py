@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bertkit.errors import UserError
-from bertkit.finetune.task import Runtime, Task
+
+if TYPE_CHECKING:  # for the hints only: importing the tasks (and torch) waits until a task is made
+    from bertkit.finetune.task import Runtime, Task
 
 RUN_FILE = "finetune.json"  # in OUT/model: the task's settings and the run's arguments
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli")

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bertkit.errors import UserError
 from bertkit.finetune.loop import Hyper, finetune
 from bertkit.finetune.registry import make_task
 from bertkit.finetune.task import Runtime, Task
@@ -65,6 +66,7 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
     task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
                      feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers)
+    check_length(task, config, model_dir)
     t0 = time.time()
     train_examples, dev_examples = _examples(task, job)
     task.fit_labels(train_examples)
@@ -77,10 +79,21 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     steps = -(-len(train.features) // hp.batch_size) * hp.epochs
     log(f"  encoded in {time.time() - t0:.1f}s: {len(train.features)} training features, "
         f"{steps} steps per seed x {len(hp.seeds)} seed(s), lr {hp.lr:g}, batch {hp.batch_size}")
+    if train.cut or dev.cut:
+        log(f"  note: {train.cut} training and {dev.cut} dev inputs were longer than {task.max_seq_len} tokens "
+            f"and were cut to them")
     run_info = {"model": str(model_dir), "train": job.train, "dev": job.dev,
                 "args": args if args is not None else _job_dict(job)}
     return finetune(task, model_dir, train, dev, hp, rt, Path(job.out), tokenizer, run_info,
                     log=lambda line: log("  " + line), new_model=new_model)
+
+
+def check_length(task: Task, config, model_dir: Path) -> None:
+    """A task's inputs must fit the model's positions: a UserError naming --max-seq-len otherwise."""
+    length = getattr(task, "max_seq_len", None)
+    if length is not None and length > config.max_position_embeddings:
+        raise UserError(f"--max-seq-len {length} exceeds the model's {config.max_position_embeddings} positions",
+                        model_dir)
 
 
 def _job_dict(job: FinetuneJob) -> dict:
@@ -91,6 +104,9 @@ def _job_dict(job: FinetuneJob) -> dict:
 
 def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, int8: bool = False):
     """(metrics, prepared data, predictions) of a fine-tuned model on a file; `int8` quantizes it (CPU)."""
+    from bertkit.hf import load_config
+
+    check_length(task, load_config(model_dir), Path(model_dir))
     examples = task.read(data_path)
     data = task.prepare(examples)
     model = task.load_model(Path(model_dir)).to(rt.device)

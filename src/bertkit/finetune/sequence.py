@@ -71,7 +71,8 @@ class SequenceTask(HeadTask):
         if has_labels:
             for f, e in zip(features, examples):
                 f["labels"] = self._target(e)
-        return Prepared(examples, features, [len(e.ids) for e in encs], has_labels)
+        return Prepared(examples, features, [len(e.ids) for e in encs], has_labels,
+                        cut=sum(e.truncated for e in encs))
 
     def predict(self, model, data: Prepared, rt: Runtime) -> list:
         out: list = [None] * len(data.features)

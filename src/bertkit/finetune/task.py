@@ -60,6 +60,7 @@ class Prepared:
     lengths: list[int]  # each feature's length, for length-grouped batches
     has_labels: bool = True
     decoding: Any = None  # what maps model outputs back to examples (SQuAD windows, NER word ids)
+    cut: int = 0  # inputs longer than the task's max_seq_len, cut to it (SQuAD uses windows instead)
 
 
 class Task(Protocol):

@@ -28,7 +28,15 @@ from bertkit.hf import config_to_dict
 from bertkit.io import write_json
 from bertkit.pretrain.objective import Objective, derived_seed, evaluate, slice_rows
 from bertkit.pretrain.report import RunLog, Throughput, status_line
-from bertkit.pretrain.setup import TrainConfig, check_run_dir, model_config, open_data
+from bertkit.pretrain.setup import (
+    TrainConfig,
+    check_resume,
+    check_run_dir,
+    clear_run_dir,
+    model_config,
+    open_data,
+    run_record,
+)
 from bertkit.train.checkpoint import (
     latest_checkpoint,
     load_optimizer,
@@ -85,7 +93,10 @@ class StopRequest:
 
     @property
     def exit_code(self) -> int:
-        return 130 if self.signum == signal.SIGINT else 0
+        """128 + the signal's number (143 SIGTERM, 130 SIGINT), as a shell reports a process the
+        signal stopped, so a scheduler can tell a stopped run from a finished one. A rank stopped
+        because another rank got the signal reports SIGTERM's."""
+        return 128 + (self.signum or signal.SIGTERM)
 
 
 def pretrain(cfg: TrainConfig) -> int:
@@ -148,24 +159,33 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
     train, val, tokenizer = open_data(cfg)
     checkpoint = latest_checkpoint(cfg.out) if cfg.resume else None
     check_run_dir(cfg, checkpoint is not None)
+    changes = {}
     if checkpoint is not None:
         from bertkit.data import check_tokenizer
         from bertkit.tokenizer import Tokenizer
 
         check_tokenizer(cfg.data, Tokenizer.from_pretrained(checkpoint.path))
+        changes = check_resume(cfg, checkpoint.path, train.manifest)
     barrier(d)  # every rank has checked the run folder before rank 0 writes into it
     model, optimizer = _build(cfg, train.manifest, checkpoint, device)
     objective = _objective(cfg, train.manifest, tokenizer)
     start = checkpoint.step if checkpoint is not None else 0
+    if d.is_main and cfg.overwrite:
+        clear_run_dir(cfg)  # only now: every check passed and the model was built
     log = RunLog(cfg.out, d.is_main, resumed_step=start if checkpoint is not None else None)
     if d.is_main:
         remove_partial(cfg.out)
-        write_json(Path(cfg.out) / "config.json", {
-            "model": config_to_dict(model.config), "train": cfg.to_dict(), "data": train.manifest,
-            "world_size": d.world_size, "device": str(device)})
-        print(f"{'resuming from ' + str(checkpoint.path) if checkpoint else 'starting'}: "
-              f"{sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training sequences, "
-              f"{d.world_size} process(es) on {device}", flush=True)
+        write_json(Path(cfg.out) / "config.json", run_record(
+            cfg, config_to_dict(model.config), train.manifest, {"world_size": d.world_size, "device": str(device)},
+            start if checkpoint is not None else None, changes))
+        if checkpoint is not None:
+            began = f"resuming from {checkpoint.path}"
+            if changes:
+                began += " with " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+        else:
+            began = f"starting fresh (--resume found no checkpoint in {cfg.out})" if cfg.resume else "starting"
+        print(f"{began}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
+              f"sequences, {d.world_size} process(es) on {device}", flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
     loop = _Loop(cfg, d, device, model, optimizer, objective, train, val, tokenizer, log)
     return loop.run(start, DataStream(len(train), cfg.seed, int(state["position"])), float(state["elapsed"]))
@@ -235,7 +255,8 @@ class _Loop:
         if stopped:
             if d.is_main:
                 cause = signal.Signals(stop.signum).name if stop.signum is not None else "a signal to another rank"
-                print(f"stopped by {cause} at step {step}; checkpoint in {path}; continue with --resume", flush=True)
+                print(f"stopped by {cause} at step {step}; checkpoint in {path}; continue with --resume "
+                      f"(exit status {stop.exit_code})", flush=True)
             return stop.exit_code
         if d.is_main:
             write_model_copy(self.model, Path(cfg.out) / "model", self.tokenizer)

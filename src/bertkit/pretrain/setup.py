@@ -2,7 +2,11 @@
 
 `TrainConfig` is the run's arguments as a frozen dataclass (saved in RUN_DIR/config.json);
 `open_data` opens the prepared data and its tokenizer; `model_config` builds the model's shape
-from a preset, the data's vocabulary and overrides; `check_run_dir` refuses to overwrite a run.
+from a preset, the data's vocabulary and overrides; `check_run_dir` refuses to overwrite a run
+(unless `overwrite`); `check_resume` refuses to continue a checkpoint with another model shape,
+objective, batch, masking, data or tokenizer, naming what differs, and returns the options a
+resumed run may change (learning rate, length, cadences), which `run_record` appends to
+RUN/config.json's "resumes" instead of rewriting the run's original arguments.
 All user mistakes become a one-line `UserError`.
 """
 
@@ -47,6 +51,7 @@ class TrainConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
     tokenizer: str | None = None  # when given, must be the tokenizer DATA_DIR was prepared with
     config_overrides: dict = field(default_factory=dict)  # BertConfig fields to change
+    overwrite: bool = False  # start again in a RUN_DIR that holds a previous run, deleting it
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -66,6 +71,13 @@ class TrainConfig:
             raise UserError(f"warmup must be >= 0, not {self.warmup}")
         if not 0 < self.mask_rate < 1:
             raise UserError(f"mask_rate must be between 0 and 1, not {self.mask_rate}")
+        if not self.lr > 0:
+            raise UserError(f"lr must be positive, not {self.lr}")
+        for name in ("weight_decay", "max_grad_norm", "seed", "eval_samples", "keep"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be at least 0, not {getattr(self, name)}")
+        if self.resume and self.overwrite:
+            raise UserError("resume continues a run and overwrite starts it again: choose one")
         try:
             self.masking()
         except ValueError as e:
@@ -89,7 +101,15 @@ class TrainConfig:
 
 
 # Arguments a resumed run must share with the run it continues: they fix what it computes.
-_RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule")
+# (weight_decay too: the optimizer's groups come back from the checkpoint.) The model's shape
+# (preset, config_overrides), the data and the tokenizer are compared by what they resolve to.
+_RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule",
+                 "weight_decay")
+# Never recorded as a change: how this invocation was asked to treat the folder.
+_RESUME_IGNORED = ("resume", "overwrite")
+# Manifest entries that say when and from where data was made, not what it holds.
+_DATA_IGNORED = ("args", "created", "bertkit_version")
+RUN_MARKERS = ("config.json", "checkpoints", "metrics.jsonl", "model")  # what a previous run left
 
 
 def parse_overrides(text: str | None) -> dict:
@@ -156,22 +176,93 @@ def open_data(cfg: TrainConfig):
 
 
 def check_run_dir(cfg: TrainConfig, has_checkpoint: bool) -> None:
-    """Refuse to write into an existing run without --resume, or to resume a different run."""
+    """Refuse to write into an existing run without --resume (or --overwrite), and to overwrite
+    a folder that is not a previous run."""
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise UserError("exists and is not a folder", out)
-    if not cfg.resume:
-        if out.exists() and any(out.iterdir()):
-            raise UserError("run folder exists; pass --resume to continue it or choose another --out", out)
+    if cfg.resume or not (out.exists() and any(out.iterdir())):
         return
-    saved = out / "config.json"
-    if not has_checkpoint or not saved.is_file():
-        return
-    try:
-        before = json.loads(saved.read_text(encoding="utf-8")).get("train", {})
-    except json.JSONDecodeError as e:
-        raise UserError(f"not valid JSON ({e})", saved) from None
-    now = cfg.to_dict()
-    changed = [f"{k} {before[k]!r} -> {now[k]!r}" for k in _RESUME_FIXED if k in before and before[k] != now[k]]
-    if changed:
-        raise UserError(f"--resume with different settings than the run it continues: {'; '.join(changed)}", out)
+    if not any((out / m).exists() for m in RUN_MARKERS):
+        raise UserError("is a folder of other files, not a previous run; choose another --out", out)
+    if not cfg.overwrite:
+        raise UserError("run folder exists; pass --resume to continue it, --overwrite to start it again, "
+                        "or choose another --out", out)
+
+
+def clear_run_dir(cfg: TrainConfig) -> None:
+    """--overwrite, once every check has passed: delete the previous run's files."""
+    import shutil
+
+    out = Path(cfg.out)
+    for name in RUN_MARKERS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    for plot in out.glob("*.png"):
+        plot.unlink()
+
+
+def read_run_config(out: str | Path) -> dict:
+    from bertkit.io import read_json
+
+    return read_json(Path(out) / "config.json", "a run's config")
+
+
+def _in_force(saved: dict) -> dict:
+    """The run's arguments as they stand after its recorded resumes."""
+    train = dict(saved.get("train", {}))
+    for resume in saved.get("resumes", []):
+        train.update({k: change[1] for k, change in resume.get("changed", {}).items()})
+    return train
+
+
+def _differences(before: dict, now: dict, keys) -> list[str]:
+    return [f"{k} {before[k]!r} -> {now[k]!r}" for k in keys if k in before and k in now and before[k] != now[k]]
+
+
+def check_resume(cfg: TrainConfig, checkpoint_dir: Path, manifest: dict) -> dict:
+    """Refuse to continue a checkpoint that this run would not continue exactly: another
+    objective, batch, seed or masking; another model shape; other data or another tokenizer.
+    Returns the options that do change, {name: [before, now]}, for the run's history."""
+    from bertkit.hf import load_config
+
+    out = Path(cfg.out)
+    saved = read_run_config(out) if (out / "config.json").is_file() else {}
+    before, now = _in_force(saved), cfg.to_dict()
+    problems = _differences(before, now, _RESUME_FIXED)
+    if "data" in saved:
+        keys = sorted(set(saved["data"]) | set(manifest))
+        old_data = {k: v for k, v in saved["data"].items() if k not in _DATA_IGNORED}
+        new_data = {k: v for k, v in manifest.items() if k not in _DATA_IGNORED}
+        changed = [k for k in keys if k not in _DATA_IGNORED and old_data.get(k) != new_data.get(k)]
+        if changed:
+            shown = [f"{k} {old_data.get(k)!r} -> {new_data.get(k)!r}" if not isinstance(new_data.get(k), dict)
+                     else k for k in changed]
+            problems.append(f"data (another prepared corpus: {', '.join(shown[:4])})")
+    trained = dataclasses.asdict(load_config(checkpoint_dir))
+    asked = dataclasses.asdict(model_config(cfg, manifest))
+    shape = _differences(trained, asked, trained)
+    if shape:
+        problems.append(f"model shape from --preset/--config-json ({', '.join(shape)})")
+    if problems:
+        raise UserError(f"--resume with settings that differ from the checkpoint it continues: {'; '.join(problems)}"
+                        f" (give the run's own settings, or start a new run in another --out)", out)
+    return {k: [before.get(k), now[k]] for k in now
+            if k not in _RESUME_IGNORED and k not in _RESUME_FIXED and before.get(k) != now[k]}
+
+
+def run_record(cfg: TrainConfig, model: dict, manifest: dict, extra: dict, resumed_step: int | None,
+               changes: dict) -> dict:
+    """RUN/config.json's content: a new run's arguments, or the original ones with this resume
+    (its step, time and changed options) appended to "resumes"."""
+    import time
+
+    if resumed_step is None or not (Path(cfg.out) / "config.json").is_file():
+        return {"model": model, "train": cfg.to_dict(), "data": manifest, **extra, "resumes": []}
+    saved = read_run_config(cfg.out)
+    resume = {"step": resumed_step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "changed": changes, **extra}
+    return {**saved, "resumes": [*saved.get("resumes", []), resume]}

@@ -1,0 +1,353 @@
+"""The CLI's error contract, for every command, as a user types it (one subprocess per case).
+
+A mistake in the flags or the inputs ends with exit status 2 and exactly one line on stderr,
+"bertkit COMMAND: error: ...", that names the flag or the file (and line) at fault, with no
+traceback; and nothing in the output location is changed or left behind. Each row of `CASES`
+is one mistake; its command line runs in a fresh folder holding the row's `files` (what the
+output location held before), `$name` standing for a shared input (the `fixtures` fixture). To
+cover a new command or flag, add rows: `test_table_is_large_and_every_command_has_cases` fails
+for a command with none.
+
+The rows run in parallel subprocesses. Most fail before torch is imported (~0.05 s of CPU each);
+the ~20 that get as far as loading a model or opening data cost ~1.3 s each, ~30 s in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import pickle
+import random
+import shlex
+import shutil
+import string
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import COMMANDS, main
+from bertkit.cli.args import Parser
+from finetune_helpers import write_conll, write_squad, write_sst2
+from pretrain_helpers import TINY, tiny_args
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: str  # as typed after `bertkit`; $name is a shared input's path (or flags) from `fixtures`
+    expect: str  # in the one stderr line: the flag, or the file (and line), at fault
+    files: dict = field(default_factory=dict)  # path in the case's folder -> str or bytes content
+    copy: tuple[str, ...] = ()  # fixture folders copied into the case's folder (an existing run)
+
+    @property
+    def command(self) -> str:
+        return self.argv.split()[0]
+
+
+class _Evil:
+    """Unpickling this runs `touch PWNED` in the case's folder, which the snapshot would show."""
+
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+BINARY = random.Random(0).randbytes(200_000)
+NUL = b"\0" * 4096
+CONTROL = "".join(map(chr, range(1, 9))) * 512
+LATIN1 = "fine\ncaf\xe9\n".encode("latin-1")
+SST2_BAD_ROW = "sentence\tlabel\nonly one column\n"
+BAD_CONFIG = {"m/config.json": json.dumps({**TINY, "vocab_size": 99, "hidden_size": "128"})}
+
+FT = "finetune --model $tiny --task sst2 --train $train --dev $dev --out out --seeds 1 --epochs 1 --no-progress"
+PT = "pretrain --data $data --out run $tiny_flags --steps 2 --eval-samples 0"
+PR = "prepare --input $corpus --tokenizer $tok --out data --workers 1"
+TT = "tokenizer train --input $corpus --vocab-size 60 --out tok"
+EM = "embed --model $tiny --input $text --pooling cls --out out.npy"
+FE = "features --model $tiny --input $text --out out.npz --layers -1"
+EV = "evaluate --model $tiny --task sst2 --data $dev"
+SQ = "score --task squad --gold $squad --pred pred.json"
+
+CASES = [
+    Case("nosuch", "unknown command 'nosuch'"),
+    # finetune: the issue's rows, then ranges, types, paths, layouts, outputs
+    Case(f"{FT} --lr -1", "argument --lr"),
+    Case(f"{FT} --warmup -5", "argument --warmup"),
+    Case(FT, "out: is a file", {"out": "not a folder"}),
+    Case(FT, "out: holds a previous fine-tuning result; pass --overwrite", {"out/results.json": "{}"}),
+    Case(f"{FT} --overwrite", "out: is a folder of other files", {"out/notes.txt": "mine"}),
+    Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: expected a JSON object", {"m/config.json": "[1,2,3]"}),
+    Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: no vocab_size", {"m/config.json": "{}"}),
+    Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: hidden_size must be an integer", BAD_CONFIG),
+    Case(FT.replace("$tiny", "$evil"), "pytorch_model.bin: cannot read weights safely"),
+    Case(f"{FT} --lr nan", "argument --lr"),
+    Case(f"{FT} --epochs 0", "argument --epochs"),
+    Case(f"{FT} --epochs two", "argument --epochs"),
+    Case(f"{FT} --batch-size 0", "argument --batch-size"),
+    Case(f"{FT} --max-seq-len 4", "argument --max-seq-len"),
+    Case(f"{FT} --max-seq-len 512", "--max-seq-len 512 exceeds the model's 128 positions"),
+    Case(f"{FT} --seeds 1,x", "argument --seeds"),
+    Case(f"{FT} --seeds 1,1", "argument --seeds"),
+    Case(f"{FT} --weight-decay -0.1", "argument --weight-decay"),
+    Case(f"{FT} --max-train-examples 0", "argument --max-train-examples"),
+    Case(f"{FT} --device gpu", "argument --device"),
+    Case(FT.replace("sst2", "nosuch"), "argument --task"),
+    Case(FT.replace("--model $tiny", ""), "required: --model"),
+    Case(FT.replace("$train", "nope.tsv"), "argument --train: nope.tsv: no such file"),
+    Case(FT.replace("$train", "empty.tsv"), "empty.tsv: empty file", {"empty.tsv": ""}),
+    Case(FT.replace("$train", "nul.tsv"), "nul.tsv:1: not text", {"nul.tsv": NUL}),
+    Case(FT.replace("$train", "bad.tsv"), "bad.tsv:2:", {"bad.tsv": SST2_BAD_ROW}),
+    Case(FT.replace("--dev $dev", ""), "--dev is required"),
+    Case(f"{FT} --feature-based", "--feature-based applies to --task ner only"),
+    Case(f"{FT} --split-articles 2", "--split-articles applies to --task squad only"),
+    Case(f"{FT} --layers -1", "--layers applies to --feature-based only"),
+    Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
+    # pretrain
+    Case(f"{PT} --lr -1", "argument --lr"),
+    Case(f"{PT} --config-json '{{\"num_hidden_layers\": 0}}'", "--config-json: bad model config: num_hidden_layers"),
+    Case(f"{PT} --config-json '[1,2,3]'", "argument --config-json: the text is a JSON list"),
+    Case(f"{PT} --config-json '{{bad'", "argument --config-json: the text is not valid JSON"),
+    Case(f"{PT} --config-json '{{\"foo\": 1}}'", "--config-json: unknown model config field(s) foo"),
+    Case(f"{PT} --config-json '{{\"hidden_size\": \"128\"}}'", "--config-json: bad model config: hidden_size"),
+    Case(f"{PT} --config-json nope.json", "argument --config-json: neither a JSON object nor a file"),
+    Case(f"{PT} --steps 0", "argument --steps"),
+    Case(f"{PT} --minutes 1", "argument --minutes: not allowed with argument --steps"),
+    Case(f"{PT} --mask-rate 1.5", "argument --mask-rate"),
+    Case(f"{PT} --mask-rule 50/50", "argument --mask-rule"),
+    Case(f"{PT} --seed -1", "argument --seed"),
+    Case(f"{PT} --keep -1", "argument --keep"),
+    Case(f"{PT} --batch-size x", "argument --batch-size"),
+    Case(f"{PT} --preset huge", "argument --preset: unknown preset 'huge'"),
+    Case(f"{PT} --device tpu", "argument --device"),
+    Case(PT.replace("$data", "nowhere"), "argument --data: nowhere: no such folder"),
+    Case(PT.replace("$data", "$tiny"), "no manifest.json"),
+    Case(PT.replace("$data", "$packed"), "--objective mlm"),
+    Case(f"{PT} --batch-size 12 --grad-accum 5", "--batch-size 12 must be divisible"),
+    Case(f"{PT} --tokenizer .", "argument --tokenizer: .: no vocab.txt"),
+    Case(PT, "run: exists and is not a folder", {"run": "a file"}),
+    Case(PT, "run: run folder exists; pass --resume to continue it, --overwrite", copy=("run",)),
+    Case(f"{PT} --overwrite", "run: is a folder of other files, not a previous run", {"run/notes.txt": "mine"}),
+    Case(f"{PT} --resume --overwrite", "--resume continues a run and --overwrite starts it again", copy=("run",)),
+    Case(f"{PT} --resume --preset mini".replace("$tiny_flags", "--batch-size 13 --lr 2e-3"),
+         "model shape from --preset/--config-json (hidden_size 32 -> 256", copy=("run",)),
+    Case(f"{PT} --resume --objective mlm", "objective 'mlm+nsp' -> 'mlm'", copy=("run",)),
+    Case(f"{PT} --resume --objective mlm".replace("$data", "$packed"), "data (another prepared corpus", copy=("run",)),
+    # prepare
+    Case(PR, "data: holds a previous prepared data folder; pass --overwrite", {"data/manifest.json": "{}"}),
+    Case(PR, "data: is a file", {"data": "a file"}),
+    Case(PR.replace("$corpus", "nope.txt"), "argument --input: nope.txt: no such file or folder"),
+    Case(PR.replace("$corpus", "bin.txt"), "bin.txt:1: not valid UTF-8", {"bin.txt": BINARY}),
+    Case(PR.replace("$corpus", "nul.txt"), "nul.txt:1: not text: holds NUL bytes", {"nul.txt": NUL}),
+    Case(PR.replace("$corpus", "ctl.txt"), "ctl.txt: not text", {"ctl.txt": CONTROL}),
+    Case(PR.replace("$corpus", "empty.txt"), "empty.txt: empty file", {"empty.txt": ""}),
+    Case(PR.replace("$corpus", "docs"), "docs: folder holds no", {"docs/readme.md": "# no text files"}),
+    Case(PR.replace("$tok", "nowhere"), "argument --tokenizer: nowhere: no such folder"),
+    Case(PR.replace("$tok", "."), "argument --tokenizer: .: no vocab.txt"),
+    Case(f"{PR} --max-seq-len 4", "argument --max-seq-len"),
+    Case(f"{PR} --val-fraction 1", "argument --val-fraction"),
+    Case(f"{PR} --format bert", "argument --format"),
+    Case(f"{PR} --workers 0", "argument --workers"),
+    # tokenizer train
+    Case(TT, "tok: holds a previous vocabulary; pass --overwrite", {"tok/vocab.txt": "[PAD]\n"}),
+    Case(TT, "tok: is a file", {"tok": "a file"}),
+    Case(TT.replace("$corpus", "bin.txt"), "bin.txt:1: not valid UTF-8", {"bin.txt": BINARY}),
+    Case(TT.replace("$corpus", "nul.txt"), "nul.txt:1: not text: holds NUL bytes", {"nul.txt": NUL}),
+    Case(TT.replace("$corpus", "ctl.txt"), "ctl.txt: not text", {"ctl.txt": CONTROL}),
+    Case(TT.replace("$corpus", "empty.txt"), "empty.txt: empty file", {"empty.txt": ""}),
+    Case(TT.replace("$corpus", "nope"), "argument --input: nope: no such file or folder"),
+    Case(TT.replace("60", "3"), "argument --vocab-size: must be at least 6"),
+    Case(TT.replace("60", "many"), "argument --vocab-size"),
+    Case(TT.replace("--vocab-size 60", ""), "required: --vocab-size"),
+    Case(f"{TT} --min-frequency 0", "argument --min-frequency"),
+    Case("tokenizer", "required: ACTION"),
+    # tokenize
+    Case("tokenize --model $tiny hello --max-length 1", "argument --max-length"),
+    Case("tokenize --model nowhere hello", "argument --model: nowhere: no such folder"),
+    Case("tokenize --model . hello", "argument --model: .: no vocab.txt"),
+    # embed
+    Case(EM, "out.npy: exists; pass --overwrite", {"out.npy": "old vectors"}),
+    Case(f"{EM} --overwrite", "out.npy: is a folder", {"out.npy/keep.txt": "mine"}),
+    Case(EM.replace("$text", "nope.txt"), "argument --input: nope.txt: no such file"),
+    Case(EM.replace("$text", "empty.txt"), "empty.txt: empty file", {"empty.txt": ""}),
+    Case(EM.replace("$text", "blank.txt"), "blank.txt:2: blank line", {"blank.txt": "one\n\nthree\n"}),
+    Case(EM.replace("$text", "nul.txt"), "nul.txt:1: not text", {"nul.txt": NUL}),
+    Case(EM.replace("$text", "latin1.txt"), "latin1.txt:2: not valid UTF-8", {"latin1.txt": LATIN1}),
+    Case(f"{EM} --layers 99", "layer 99 does not exist"),
+    Case(f"{EM} --layers a,b", "argument --layers"),
+    Case(f"{EM} --batch-size 0", "argument --batch-size"),
+    Case(f"{EM} --max-length 2", "argument --max-length"),
+    Case(EM.replace("cls", "sum"), "argument --pooling"),
+    Case(EM.replace("$tiny", "."), "argument --model: .: no config.json"),
+    # features
+    Case(FE.replace("out.npz", "out.npy"), "out.npy: output must end in .npz"),
+    Case(FE, "out.npz: exists; pass --overwrite", {"out.npz": "old features"}),
+    Case(f"{FE} --layers x", "argument --layers"),
+    Case(f"{FE} --max-length 1000", "argument --max-length"),
+    Case(f"{FE} --combine mean", "argument --combine"),
+    Case(FE.replace("$text", "latin1.txt"), "latin1.txt:2: not valid UTF-8", {"latin1.txt": LATIN1}),
+    # evaluate
+    Case(f"{EV} --out pred.tsv", "pred.tsv: exists; pass --overwrite", {"pred.tsv": "old"}),
+    Case(EV.replace("$dev", "nope.tsv"), "argument --data: nope.tsv: no such file"),
+    Case(f"{EV} --batch-size 0", "argument --batch-size"),
+    Case(EV, "model has no trained BertForSequenceClassification head"),
+    Case(f"{EV} --zero-shot --out x.tsv", "--zero-shot writes no predictions"),
+    # score: the issue's row (no id matches), then layouts and missing files
+    Case(SQ, "pred.json: none of its 2 question ids", {"pred.json": '{"q1": "a", "q2": "b"}'}),
+    Case(SQ, "pred.json: not a JSON predictions file", {"pred.json": "{not json"}),
+    Case(SQ, "pred.json: expected a JSON object", {"pred.json": '["a", "b"]'}),
+    Case(SQ, "pred.json: no predictions", {"pred.json": "{}"}),
+    Case(SQ.replace("$squad", "nope.json"), "argument --gold: nope.json: no such file", {"pred.json": "{}"}),
+    Case("score --task squad --gold $squad", "needs --gold FILE and --pred FILE"),
+    Case("score --task ner --gold $conll --pred p.conll", "p.conll: 1 sentences but the gold file",
+         {"p.conll": "john NN O B-PER\n"}),
+    Case("score --task sst2 --gold $dev --pred p.txt", "p.txt", {"p.txt": "1\n"}),
+    Case("score --task sst2 --conlleval c.txt", "--conlleval applies to --task ner only", {"c.txt": "a O O\n"}),
+    Case("score --task ner --conlleval c.txt", "c.txt:2: expected 3 columns", {"c.txt": "a B O\nb O\n"}),
+    # fill-mask, info
+    Case("fill-mask --model $tiny 'the [MASK] .' --top-k 0", "argument --top-k"),
+    Case("fill-mask --model $tiny 'no mask here'", "no [MASK] token in the text"),
+    Case("fill-mask --model nowhere 'the [MASK] .'", "argument --model: nowhere: no such model directory"),
+    Case("fill-mask --model $evil 'the [MASK] .'", "pytorch_model.bin: cannot read weights safely"),
+    Case("info nowhere", "argument model: nowhere: no such model directory"),
+    Case("info m", "m/config.json: bad model config: expected a JSON object", {"m/config.json": "[1,2,3]"}),
+    Case("info m", "m/config.json: not valid JSON", {"m/config.json": "{"}),
+    Case("info $evil", "pytorch_model.bin: cannot read weights safely"),
+    # demo, bench
+    Case("demo --minutes 0", "argument --minutes"),
+    Case("demo --out demo", "demo: run folder exists already", {"demo/notes.txt": "mine"}),
+    Case("demo --preset huge", "argument --preset"),
+    Case("bench --repeats 0", "argument --repeats"),
+    Case("bench --json b.json", "b.json: exists; pass --overwrite", {"b.json": "[]"}),
+]
+
+
+def _case_id(case: Case) -> str:
+    return f"{CASES.index(case):03d}-{case.argv.split()[0]}"
+
+
+@pytest.fixture(scope="module")
+def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
+    """$name -> text: the shared inputs the rows name (absolute paths, or flags)."""
+    root = tmp_path_factory.mktemp("contract-fixtures")
+    write_sst2(root / "train.tsv", 8, 0)
+    write_sst2(root / "dev.tsv", 4, 1)
+    write_conll(root / "gold.conll", 3, 0)
+    write_squad(root / "squad.json", 1, 0)
+    (root / "sentences.txt").write_text("the movie was good .\na film\n", encoding="utf-8")
+    evil = root / "evil"
+    shutil.copytree(tiny_dir, evil)
+    (evil / "model.safetensors").unlink()
+    (evil / "pytorch_model.bin").write_bytes(pickle.dumps(_Evil()))
+    data = pretraining_data / "nsp"
+    run = root / "run"
+    assert main(tiny_args(data, run, "--steps", "2", "--save-every", "1", "--eval-samples", "0")) == 0
+    tiny_flags = shlex.join(tiny_args(data, run)[5:])  # --preset tiny --batch-size 13 --lr ... --config-json ...
+    return {"tiny": str(tiny_dir), "evil": str(evil), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
+            "conll": str(root / "gold.conll"), "squad": str(root / "squad.json"), "text": str(root / "sentences.txt"),
+            "data": str(data), "packed": str(pretraining_data / "packed"), "tok": str(pretraining_data / "tok"),
+            "corpus": str(pretraining_data / "corpus.txt"), "run": str(run), "tiny_flags": tiny_flags}
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file and folder under `folder` (hidden ones too) -> a hash of its content."""
+    return {str(p.relative_to(folder)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*"))}
+
+
+def _state(text: str):
+    path = Path(text)
+    return snapshot(path) if path.is_dir() else path.read_bytes() if path.is_file() else text
+
+
+def _run_case(case: Case, fixtures: dict, folder: Path) -> dict:
+    folder.mkdir()
+    for name, content in case.files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    for name in case.copy:
+        shutil.copytree(fixtures[name], folder / name)
+    before = snapshot(folder)
+    argv = shlex.split(string.Template(case.argv).substitute(fixtures))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "bertkit.cli", *argv], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=300)
+    return {"status": done.returncode, "stderr": done.stderr, "before": before, "after": snapshot(folder)}
+
+
+@pytest.fixture(scope="module")
+def results(fixtures, tmp_path_factory) -> dict[str, dict]:
+    """Every row run once, a few at a time (each mostly waits on Python starting up)."""
+    root = tmp_path_factory.mktemp("contract-cases")
+    shared = {name: _state(path) for name, path in fixtures.items()}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {_case_id(c): pool.submit(_run_case, c, fixtures, root / _case_id(c)) for c in CASES}
+        out = {name: future.result() for name, future in futures.items()}
+    out["shared"] = {name: _state(fixtures[name]) == before for name, before in shared.items()}
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_mistake_is_one_line_exit_2_and_changes_nothing(case, results):
+    got = results[_case_id(case)]
+    stderr = got["stderr"]
+    assert "Traceback" not in stderr, stderr
+    assert got["status"] == 2, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    command = "" if case.command == "nosuch" else f" {case.command}"
+    assert lines[0].startswith(f"bertkit{command}") and ": error: " in lines[0], lines[0]
+    assert case.expect in lines[0], lines[0]
+    changed = {k for k in got["before"].keys() | got["after"].keys() if got["before"].get(k) != got["after"].get(k)}
+    assert not changed, f"changed or left behind: {sorted(changed)}"
+
+
+def test_no_shared_input_was_changed(results):
+    assert all(results["shared"].values()), results["shared"]
+
+
+def test_table_is_large_and_every_command_has_cases():
+    assert len(CASES) >= 60 and len({_case_id(c) for c in CASES}) == len(CASES)  # no row twice
+    covered = {c.command for c in CASES}
+    assert not set(COMMANDS) - covered, f"commands without contract cases: {sorted(set(COMMANDS) - covered)}"
+
+
+def _parsers():
+    """(name, parser) of every command, sub-commands included (`tokenizer train`)."""
+    for name, (module_name, _) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:  # a command announced but not in this version
+            continue
+        parser = Parser(prog=f"bertkit {name}")
+        module.add_arguments(parser)
+        pending = [(name, parser)]
+        while pending:
+            name, parser = pending.pop()
+            yield name, parser
+            for action in parser._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    pending += [(f"{name} {sub}", p) for sub, p in action.choices.items()]
+
+
+def test_help_explains_every_option_and_shows_every_default(capsys):
+    for name, parser in _parsers():
+        text = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            flag = action.option_strings[-1] if action.option_strings else action.dest
+            assert action.help, f"bertkit {name} {flag}: no help text"
+            if action.default not in (None, False) and not action.required:
+                default = action.default if isinstance(action.default, str) else f"{action.default}"
+                assert f"(default: {default})" in text, f"bertkit {name} {flag}: default not shown"
+    assert main(["finetune", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one full fine-tuning run per seed (default: 1,2,3)" in text and "per seed (default: 3)" in text
