@@ -22,8 +22,9 @@ def tiny_args(data: Path, out: Path, *extra: str, **config) -> list[str]:
 
 
 def env() -> dict:
-    # One thread per process: the same arithmetic in every run, and no oversubscribed CPU.
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # One thread per process (OpenMP and MKL: either may be set by the caller): the same
+    # arithmetic in every run, and no oversubscribed CPU.
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def start(args: list[str], *launcher: str) -> subprocess.Popen:
