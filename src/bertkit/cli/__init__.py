@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("bertkit.cli.evaluate", "evaluate a model on a task's data"),
     "score": ("bertkit.cli.score", "score a predictions file with the official metric"),
     "features": ("bertkit.cli.features", "export per-token features from chosen layers"),
+    "index": ("bertkit.cli.index", "embed a corpus into a semantic search index"),
+    "search": ("bertkit.cli.search", "the best passages of an index for a query, optionally reranked"),
     "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
 }
 
