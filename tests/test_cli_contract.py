@@ -218,6 +218,14 @@ CASES = [
     Case(f"{SE} --candidates 5", "--candidates applies to --rerank only"),
     Case(f"{SE} --rerank $tiny -k 5 --candidates 2", "--candidates 2 is fewer than -k 5"),
     Case(f"{SE} --rerank $tiny", "a reranker has one output (num_labels 1)"),
+    # data, evaluate --task retrieval
+    Case("data beir-squad --squad nope.json --out b", "argument --squad: nope.json: no such file"),
+    Case("data beir-squad --squad $squad --out b", "b: holds a previous retrieval set; pass --overwrite",
+         {"b/corpus.jsonl": "{}"}),
+    Case("data", "required: ACTION"),
+    Case("evaluate --task retrieval --bm25 --queries $text --corpus $text", "--task retrieval needs --qrels"),
+    Case("evaluate --task retrieval --queries $text --corpus $text --qrels $text", "needs --model, --bm25 or both"),
+    Case(f"{EV} --bm25", "--bm25 applies to --task retrieval only"),
     # score: the row (no id matches), then layouts and missing files
     Case(SQ, "pred.json: none of its 2 question ids", {"pred.json": '{"q1": "a", "q2": "b"}'}),
     Case(SQ, "pred.json: not a JSON predictions file", {"pred.json": "{not json"}),

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("bertkit.cli.embed", "sentence vectors for each line of a file, to .npy"),
     "fill-mask": ("bertkit.cli.fill_mask", "predict the [MASK] tokens of a text"),
     "info": ("bertkit.cli.info", "config, parameter count and heads of a model directory"),
+    "data": ("bertkit.cli.data", "build offline retrieval sets in BEIR's layout (`bertkit data beir-squad`)"),
     "prepare": ("bertkit.cli.prepare", "turn raw text into pretraining shards"),
     "pretrain": ("bertkit.cli.pretrain", "pretrain with MLM (+NSP) or LTR"),
     "finetune": ("bertkit.cli.finetune", "fine-tune on GLUE, SQuAD, NER or your own data"),
