@@ -74,6 +74,9 @@ EM = "embed --model $tiny --input $text --pooling cls --out out.npy"
 FE = "features --model $tiny --input $text --out out.npz --layers -1"
 EV = "evaluate --model $tiny --task sst2 --data $dev"
 SQ = "score --task squad --gold $squad --pred pred.json"
+IX = "index --model $tiny --input $text --out idx --no-progress"
+SE = "search --index $index 'a film'"
+DUPS = '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'
 
 CASES = [
     Case("nosuch", "unknown command 'nosuch'"),
@@ -198,6 +201,31 @@ CASES = [
     Case(f"{EV} --batch-size 0", "argument --batch-size"),
     Case(EV, "model has no trained BertForSequenceClassification head"),
     Case(f"{EV} --zero-shot --out x.tsv", "--zero-shot writes no predictions"),
+    # index, search
+    Case(IX, "idx: holds a previous index; pass --overwrite", {"idx/meta.json": "{}"}),
+    Case(IX, "idx: is a file", {"idx": "a file"}),
+    Case(IX.replace("$text", "nope.txt"), "argument --input: nope.txt: no such file"),
+    Case(IX.replace("$text", "dup.jsonl"), "dup.jsonl:2: id 'a' appears twice", {"dup.jsonl": DUPS}),
+    Case(IX.replace("$text", "row.jsonl"), 'row.jsonl:1: expected an object with "_id"', {"row.jsonl": '{"_id": 1}\n'}),
+    Case(IX.replace("$text", "empty.txt"), "empty.txt: no passages to index", {"empty.txt": "\n\n"}),
+    Case(f"{IX} --dtype int4", "argument --dtype"),
+    Case(f"{IX} --ann-threshold -1", "argument --ann-threshold"),
+    Case(f"{IX} --chunk 1", "argument --chunk"),
+    Case(IX.replace("$tiny", "nowhere"), "argument --model: nowhere: no such"),
+    Case("search --index nowhere q", "argument --index: nowhere: no such folder"),
+    Case("search --index d q", "d: not a search index (no meta.json)", {"d/notes.txt": "mine"}),
+    Case(f"{SE} -k 0", "argument -k/--top-k"),
+    Case(f"{SE} --candidates 5", "--candidates applies to --rerank only"),
+    Case(f"{SE} --rerank $tiny -k 5 --candidates 2", "--candidates 2 is fewer than -k 5"),
+    Case(f"{SE} --rerank $tiny", "a reranker has one output (num_labels 1)"),
+    # data, evaluate --task retrieval
+    Case("data beir-squad --squad nope.json --out b", "argument --squad: nope.json: no such file"),
+    Case("data beir-squad --squad $squad --out b", "b: holds a previous retrieval set; pass --overwrite",
+         {"b/corpus.jsonl": "{}"}),
+    Case("data", "required: ACTION"),
+    Case("evaluate --task retrieval --bm25 --queries $text --corpus $text", "--task retrieval needs --qrels"),
+    Case("evaluate --task retrieval --queries $text --corpus $text --qrels $text", "needs --model, --bm25 or both"),
+    Case(f"{EV} --bm25", "--bm25 applies to --task retrieval only"),
     # score: the row (no id matches), then layouts and missing files
     Case(SQ, "pred.json: none of its 2 question ids", {"pred.json": '{"q1": "a", "q2": "b"}'}),
     Case(SQ, "pred.json: not a JSON predictions file", {"pred.json": "{not json"}),
@@ -248,11 +276,14 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
     data = pretraining_data / "nsp"
     run = root / "run"
     assert main(tiny_args(data, run, "--steps", "2", "--save-every", "1", "--eval-samples", "0")) == 0
+    assert main(["index", "--model", str(tiny_dir), "--input", str(root / "sentences.txt"), "--out",
+                 str(root / "index"), "--no-progress"]) == 0
     tiny_flags = shlex.join(tiny_args(data, run)[5:])  # --preset tiny --batch-size 13 --lr ... --config-json ...
     return {"tiny": str(tiny_dir), "evil": str(evil), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
             "conll": str(root / "gold.conll"), "squad": str(root / "squad.json"), "text": str(root / "sentences.txt"),
             "data": str(data), "packed": str(pretraining_data / "packed"), "tok": str(pretraining_data / "tok"),
-            "corpus": str(pretraining_data / "corpus.txt"), "run": str(run), "tiny_flags": tiny_flags}
+            "corpus": str(pretraining_data / "corpus.txt"), "run": str(run), "tiny_flags": tiny_flags,
+            "index": str(root / "index")}
 
 
 def snapshot(folder: Path) -> dict[str, str]:

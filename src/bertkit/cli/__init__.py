@@ -25,12 +25,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("bertkit.cli.embed", "sentence vectors for each line of a file, to .npy"),
     "fill-mask": ("bertkit.cli.fill_mask", "predict the [MASK] tokens of a text"),
     "info": ("bertkit.cli.info", "config, parameter count and heads of a model directory"),
+    "data": ("bertkit.cli.data", "build offline retrieval sets in BEIR's layout (`bertkit data beir-squad`)"),
     "prepare": ("bertkit.cli.prepare", "turn raw text into pretraining shards"),
     "pretrain": ("bertkit.cli.pretrain", "pretrain with MLM (+NSP) or LTR"),
     "finetune": ("bertkit.cli.finetune", "fine-tune on GLUE, SQuAD, NER or your own data"),
     "evaluate": ("bertkit.cli.evaluate", "evaluate a model on a task's data"),
     "score": ("bertkit.cli.score", "score a predictions file with the official metric"),
     "features": ("bertkit.cli.features", "export per-token features from chosen layers"),
+    "index": ("bertkit.cli.index", "embed a corpus into a semantic search index"),
+    "search": ("bertkit.cli.search", "the best passages of an index for a query, optionally reranked"),
     "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
 }
 

@@ -7,6 +7,11 @@ length, table columns) default to those saved with the model in `finetune.json`.
 `--zero-shot` scores sentence embeddings of a model that was never trained on the task: each
 pair's cosine similarity against the gold STS-B score (Pearson / Spearman x100), with the
 [CLS] vector, or the mean or max over the tokens (`--pooling`).
+
+`--task retrieval` ranks a BEIR set's corpus for each query (`--queries`, `--corpus`,
+`--qrels`) with the model as a bi-encoder (pooled as its directory says) and, with `--bm25`,
+with BM25 too, and reports NDCG@10, MRR@10, Recall@10/100 and MAP@100 as
+sentence-transformers' InformationRetrievalEvaluator defines them (bertkit.eval.retrieval).
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ def add_arguments(parser) -> None:
     from bertkit.finetune.registry import TASKS
 
     a = parser.add_argument
-    a("--model", required=True, type=model_dir,
-      help="model directory (from `bertkit finetune`; any BERT directory for --zero-shot)")
-    a("--task", required=True, choices=TASKS, help="the task the model was fine-tuned for")
-    a("--data", required=True, type=existing_file, help="file in the task's layout, with gold labels")
+    a("--model", type=model_dir,
+      help="model directory (from `bertkit finetune`; any BERT directory for --zero-shot or retrieval)")
+    a("--task", required=True, choices=(*TASKS, "retrieval"),
+      help="the task the model was fine-tuned for, or retrieval (a BEIR set)")
+    a("--data", type=existing_file, help="file in the task's layout, with gold labels (every task but retrieval)")
     a("--batch-size", type=positive_int, default=64, help="inputs per forward pass")
     a("--max-seq-len", type=int_between(8, 512), default=None, help="default: the model's fine-tuning value")
     a("--out", help="write the predictions here (the task's format, as finetune writes them)")
@@ -48,10 +54,40 @@ def add_arguments(parser) -> None:
       help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference")
     a("--zero-shot", action="store_true",
       help="stsb (or a regress pair table): cosine of untrained sentence embeddings vs gold")
-    a("--pooling", choices=("cls", "mean", "max"), default="mean", help="for --zero-shot")
+    a("--pooling", choices=("cls", "mean", "max"), default=None,
+      help="for --zero-shot (mean when not given) and retrieval (the model directory's own when not given)")
+    a("--queries", type=existing_file, help="retrieval: BEIR queries.jsonl")
+    a("--corpus", type=existing_file, help="retrieval: BEIR corpus.jsonl")
+    a("--qrels", type=existing_file, help="retrieval: BEIR qrels TSV (query-id, corpus-id, score)")
+    a("--bm25", action="store_true", help="retrieval: rank with BM25 (bm25s) too, as a baseline")
+
+
+_RETRIEVAL_ONLY = ("queries", "corpus", "qrels", "bm25")
+
+
+def _check_retrieval(args) -> None:
+    for flag in ("queries", "corpus", "qrels"):
+        if getattr(args, flag) is None:
+            raise UserError(f"--task retrieval needs --{flag}")
+    if args.model is None and not args.bm25:
+        raise UserError("--task retrieval needs --model, --bm25 or both")
+    for flag in ("data", "out", "text_columns", "label_column"):
+        if getattr(args, flag):
+            raise UserError(f"--{flag.replace('_', '-')} does not apply to --task retrieval")
+    if args.zero_shot or args.int8 or args.precision != "fp32":
+        raise UserError("--task retrieval embeds in fp32: no --zero-shot, --int8 or --precision")
 
 
 def check(args) -> None:
+    if args.task == "retrieval":
+        return _check_retrieval(args)
+    for flag in _RETRIEVAL_ONLY:
+        if getattr(args, flag):
+            raise UserError(f"--{flag} applies to --task retrieval only")
+    if args.model is None:
+        raise UserError("--model is required")
+    if args.data is None:
+        raise UserError(f"--data is required for --task {args.task}")
     if args.zero_shot and args.out:
         raise UserError("--zero-shot writes no predictions: drop --out")
     if args.int8 and (args.precision != "fp32" or args.zero_shot):
@@ -60,25 +96,44 @@ def check(args) -> None:
         check_output_file(args.out, "--out", args.overwrite)
 
 
+def _run_retrieval(args, device) -> dict:
+    from bertkit.data.beir import read_corpus, read_qrels, read_queries
+    from bertkit.search.encoder import Encoder
+    from bertkit.search.evaluate import evaluate_retrieval
+
+    queries, corpus, qrels = read_queries(args.queries), read_corpus(args.corpus), read_qrels(args.qrels)
+    encoder = None
+    if args.model:
+        encoder = Encoder.load(args.model, args.pooling, args.max_seq_len, args.batch_size, device)
+    report = evaluate_retrieval(queries, corpus, qrels, encoder, args.bm25)
+    if "dense" in report["results"]:
+        note_cut("evaluate", report["results"]["dense"]["cut"], report["queries"] + report["documents"],
+                 report["results"]["dense"]["max_length"])
+    return {"task": "retrieval", "queries_file": str(args.queries), "corpus": str(args.corpus),
+            "qrels": str(args.qrels), **report}
+
+
 def run(args) -> int:
     from bertkit.devices import resolve_device
     from bertkit.finetune.task import Runtime
 
-    model_dir = Path(args.model)
+    model_dir = Path(args.model) if args.model else None
     rt = Runtime(resolve_device(args.device), args.precision, args.batch_size)
     if args.int8 and rt.device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")
     columns = args.text_columns.split(",") if args.text_columns else None
-    if args.zero_shot:
+    if args.task == "retrieval":
+        report = _run_retrieval(args, rt.device)
+    elif args.zero_shot:
         from bertkit.eval.sts import read_scored_pairs, zero_shot_similarity
 
         examples, spec = read_scored_pairs(args.task, args.data, columns, args.label_column)
         cut: dict = {}
-        metrics = zero_shot_similarity(model_dir, examples, spec, args.pooling, args.batch_size,
+        metrics = zero_shot_similarity(model_dir, examples, spec, args.pooling or "mean", args.batch_size,
                                        args.max_seq_len or 128, rt.device, report=cut)
         note_cut("evaluate", cut["cut"], 2 * len(examples), cut["max_length"])
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data), "zero_shot": True,
-                  "pooling": args.pooling, "examples": len(examples), **metrics}
+                  "pooling": args.pooling or "mean", "examples": len(examples), **metrics}
     else:
         from bertkit.finetune.registry import task_for_model
         from bertkit.finetune.run import evaluate_saved

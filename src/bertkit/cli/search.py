@@ -1,0 +1,84 @@
+"""`bertkit search --index INDEX "query" [-k 10] [--rerank DIR]`: the best passages for a query.
+
+The query is embedded with the index's own model and pooling, scored against the stored vectors
+(exactly, or through the index's HNSW graph and then exactly on its candidates), and the top k
+printed with their ids and cosine scores. `--rerank DIR` rescores the top `--candidates` hits
+with a one-label cross-encoder and prints its top k instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bertkit.cli.args import device_name, existing_dir, int_between, model_dir, positive_int
+from bertkit.errors import UserError
+
+
+def add_arguments(parser) -> None:
+    a = parser.add_argument
+    a("query", nargs="+", help="query text(s); each is searched on its own")
+    a("--index", required=True, type=existing_dir, help="index folder from `bertkit index`")
+    a("-k", "--top-k", dest="k", type=int_between(1, 10_000), default=10, help="results per query")
+    a("--rerank", type=model_dir, default=None, help="one-label cross-encoder directory to rerank the hits with")
+    a("--candidates", type=int_between(1, 10_000), default=None,
+      help="with --rerank: first-stage hits the cross-encoder reads (100 when not given)")
+    a("--exact", action="store_true", help="score every stored vector, even where the index has a graph")
+    a("--model", type=model_dir, default=None, help="the index's model, if it moved (default: the path it recorded)")
+    a("--batch-size", type=positive_int, default=32, help="pairs per cross-encoder forward pass")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    a("--json", action="store_true", help="print JSON instead of text")
+
+
+def check(args) -> None:
+    if args.rerank is None and args.candidates is not None:
+        raise UserError("--candidates applies to --rerank only")
+    if args.rerank is not None:
+        args.candidates = args.candidates or max(100, args.k)
+        if args.candidates < args.k:
+            raise UserError(f"--candidates {args.candidates} is fewer than -k {args.k}")
+
+
+def _print(query: str, hits: list[dict]) -> None:
+    print(f"query: {query}")
+    for h in hits:
+        text = h["text"] if len(h["text"]) <= 160 else h["text"][:160] + "…"
+        score = f"{h['score']:.4f}" + (f"  rerank {h['rerank_score']:.4f}" if "rerank_score" in h else "")
+        print(f"{h['rank']:>4}. [{h['id']}] {score}  {text}")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from bertkit.devices import resolve_device
+    from bertkit.search.encoder import Encoder
+    from bertkit.search.index import SearchIndex, read_meta
+
+    meta = read_meta(args.index)
+    model = args.model or meta["model"]
+    if not Path(model).is_dir():
+        raise UserError(f"the index's model {model} is gone; pass --model DIR", Path(args.index) / "meta.json")
+    device = resolve_device(args.device)
+    encoder = Encoder.load(model, meta["pooling"], meta["max_length"], device=device)
+    reranker = None
+    if args.rerank:
+        from bertkit.search.rerank import Reranker
+
+        reranker = Reranker(args.rerank, args.batch_size, device=device)
+    index = SearchIndex(args.index)
+    first = args.candidates if reranker else args.k
+    positions, scores = index.search(encoder.encode(args.query), first, exact=args.exact)
+    results = []
+    for i, query in enumerate(args.query):
+        hits = index.hits(positions[i], scores[i])
+        if reranker:
+            hits = reranker.rerank(query, hits)[:args.k]
+        results.append({"query": query, "hits": hits})
+    index.close()
+    if args.json:
+        json.dump(results if len(results) > 1 else results[0], sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    else:
+        for r in results:
+            _print(r["query"], r["hits"])
+    return 0

@@ -1,0 +1,77 @@
+"""The bi-encoder of a search index: a model directory with the pooling its own files ask for.
+
+A sentence-transformers directory says how it pools in `1_Pooling/config.json` (the module
+listed in `modules.json`) and its longest input in `sentence_bert_config.json`; a plain BERT
+directory gets mean pooling and 256 tokens (what sentence-transformers would give it). Search
+always normalises the vectors, so the inner product is the cosine whatever the model says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
+DEFAULT_MAX_LENGTH = 256
+
+
+def _read(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"not valid JSON ({e})", path) from None
+
+
+def model_pooling(model_dir: str | os.PathLike) -> tuple[str, int]:
+    """(pooling, max_length) as the directory's sentence-transformers files say, else (mean, 256)."""
+    model_dir = Path(model_dir)
+    pooling, max_length = "mean", DEFAULT_MAX_LENGTH
+    modules = model_dir / "modules.json"
+    if modules.is_file():
+        for module in _read(modules):
+            if str(module.get("type", "")).endswith("Pooling"):
+                config = _read(model_dir / module.get("path", "") / "config.json")
+                chosen = [name for key, name in _MODES.items() if config.get(key)]
+                if len(chosen) != 1:
+                    raise UserError("pooling must be exactly one of cls, mean or max tokens",
+                                    model_dir / module.get("path", "") / "config.json")
+                pooling = chosen[0]
+    settings = model_dir / "sentence_bert_config.json"
+    if settings.is_file():
+        max_length = int(_read(settings).get("max_seq_length") or DEFAULT_MAX_LENGTH)
+    return pooling, max_length
+
+
+@dataclass
+class Encoder:
+    """A loaded encoder with its tokenizer and pooling; `encode` gives unit-length float32 rows."""
+
+    model_dir: str
+    model: object
+    tokenizer: object
+    pooling: str
+    max_length: int
+    batch_size: int = 32
+    device: str = "cpu"
+
+    @classmethod
+    def load(cls, model_dir: str | os.PathLike, pooling: str | None = None, max_length: int | None = None,
+             batch_size: int = 32, device: str = "cpu") -> Encoder:
+        from bertkit.embed import load_encoder
+
+        own_pooling, own_length = model_pooling(model_dir)
+        model, tokenizer = load_encoder(model_dir)
+        return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size, device)
+
+    def encode(self, texts: list[str], progress: bool = False, report: dict | None = None) -> np.ndarray:
+        from bertkit.embed import embed_texts
+
+        return embed_texts(self.model, self.tokenizer, texts, pooling=self.pooling, normalize=True,
+                           batch_size=self.batch_size, max_length=self.max_length, device=self.device,
+                           progress=progress, report=report)
