@@ -28,9 +28,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import glue_table  # noqa: E402  (bench/ is not a package)
+import glue_table  # bench/ is not a package
 
-from bertkit.io import write_json, write_text  # noqa: E402
+from bertkit.io import write_json, write_text
 
 FOLDERS = {"mrpc": "MRPC", "rte": "RTE", "stsb": "STS-B", "cola": "CoLA", "sst2": "SST-2"}
 RECIPE = ["--epochs", "2", "--lr", "5e-5", "--batch-size", "32", "--max-seq-len", "128", "--warmup", "0.1",
