@@ -14,7 +14,8 @@ predictions are scored by bertkit's official metrics after every epoch.
 Flags set Trainer's counterparts of bertkit's recipe: epochs, peak lr, batch size, warm-up
 (`warmup_steps`, a fraction below 1), weight decay, gradient clipping (`max_grad_norm`), the seed
 (`transformers.set_seed` before the model is built, then `TrainingArguments.seed`, which also
-shuffles the batches), --group-by-length (`train_sampling_strategy="group_by_length"`). The rest
+shuffles the batches), --group-by-length (`train_sampling_strategy="group_by_length"`),
+--classifier-dropout (the config's `classifier_dropout`). The rest
 are Trainer's defaults. Those that differ from bertkit's recipe:
 - AdamW `adamw_torch_fused`, eps 1e-8 (bertkit 1e-6), betas (0.9, 0.999) as bertkit's;
 - the linear schedule's first step has lr 0 (bertkit's has peak / warm-up steps), and a warm-up
@@ -25,8 +26,10 @@ Those that agree: no decay on biases and LayerNorm weights, mean cross-entropy (
 the config's dropout on the pooled vector, the classifier drawn from N(0, 0.02) with zero bias.
 
 Writes OUT/results.json in the layout of `bertkit finetune`'s (per seed: final dev metrics, per-epoch
-dev metrics and train loss, loss per step, steps, seconds for training and the per-epoch dev
-evaluations; the median, std, min and max over seeds), OUT/train_loss.png and OUT/dev_<metric>.png.
+dev metrics and train loss, every evaluation's step, epoch, train loss and dev metrics (`evals`;
+--eval-every N adds evaluations every N steps, at the same steps as bertkit's loop), loss per step,
+steps, seconds for training and the dev evaluations; the median, std, min and max over seeds),
+OUT/train_loss.png and OUT/dev_<metric>.png (drawn by bertkit.plots, as bertkit's).
 No model is saved. One log line per epoch; Trainer's progress bars and log prints are off. Torch
 uses OMP_NUM_THREADS threads when it is set.
 
@@ -37,7 +40,6 @@ needs `accelerate` (`pip install accelerate`).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -64,6 +66,8 @@ try:
 except ImportError:  # bertkit before the restructure of issue 10
     from bertkit.data.tasks import glue_task, read_glue
 from bertkit.eval.metrics import task_metrics
+from bertkit.io import write_json
+from bertkit.plots import plot_finetuning
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 
@@ -86,6 +90,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="train on a random subset of this many examples (fixed seed 0, as bertkit)")
     p.add_argument("--group-by-length", action="store_true", help="Trainer's length-grouped sampler")
+    p.add_argument("--classifier-dropout", type=float, default=None,
+                   help="dropout before the classifier (default: the model config's)")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="also evaluate every N steps (eval_strategy steps); default: after each epoch")
     p.add_argument("--eval-batch-size", type=int, default=64)
     p.add_argument("--device", choices=("auto", "cpu"), default="auto", help="auto: Trainer's choice")
     return p.parse_args(argv)
@@ -127,20 +135,41 @@ def scorer(spec, dev_examples):
     return compute
 
 
-class EpochLog(TrainerCallback):
-    """After each epoch's dev evaluation: that epoch's mean train loss and dev metrics, one line."""
+class Curve(TrainerCallback):
+    """The dev learning curve, as bertkit's loop records it: after each evaluation, its step, its
+    (fractional) epoch, the mean train loss since the previous one and the dev metrics; after each
+    epoch's, also that epoch's record. With --eval-every, Trainer evaluates every N steps
+    (eval_strategy "steps") and this callback adds an evaluation at each epoch's end unless that
+    step was just evaluated, so both pipelines score dev at the same steps."""
 
-    def __init__(self, seed: int, spec, epochs: int, steps_per_epoch: int):
+    def __init__(self, seed: int, spec, epochs: int, steps_per_epoch: int, eval_every: int | None):
         self.seed, self.spec, self.epochs, self.per_epoch = seed, spec, epochs, steps_per_epoch
+        self.eval_every = eval_every
         self.records: list[dict] = []
+        self.evals: list[dict] = []
+        self.last_step = 0
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.eval_every and state.global_step != self.last_step:
+            control.should_evaluate = True
+        return control
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        epoch = len(self.records) + 1
-        losses = step_losses(state.log_history)[(epoch - 1) * self.per_epoch : epoch * self.per_epoch]
+        step, losses = state.global_step, step_losses(state.log_history)
+        since = losses[self.last_step : step]
         dev = {m: metrics[f"eval_{m}"] for m in self.spec.metrics}
-        self.records.append({"epoch": epoch, "train_loss": statistics.fmean(losses), **dev})
-        print(f"  seed {self.seed} epoch {epoch}/{self.epochs}: train loss {self.records[-1]['train_loss']:.4f}  dev "
-              + "  ".join(f"{k} {v:.2f}" for k, v in dev.items()), flush=True)
+        self.evals.append({"step": step, "epoch": round(step / self.per_epoch, 4),
+                           "train_loss": statistics.fmean(since) if since else math.nan, **dev})
+        self.last_step = step
+        scores = "  ".join(f"{k} {v:.2f}" for k, v in dev.items())
+        if step % self.per_epoch:
+            print(f"  seed {self.seed} step {step} (epoch {step / self.per_epoch:.2f}): dev {scores}", flush=True)
+            return
+        epoch = step // self.per_epoch
+        epoch_losses = losses[(epoch - 1) * self.per_epoch : epoch * self.per_epoch]
+        self.records.append({"epoch": epoch, "train_loss": statistics.fmean(epoch_losses), **dev})
+        print(f"  seed {self.seed} epoch {epoch}/{self.epochs}: train loss {self.records[-1]['train_loss']:.4f}  "
+              f"dev {scores}", flush=True)
 
 
 def step_losses(log_history: list[dict]) -> list[float]:
@@ -155,7 +184,8 @@ def training_args(args, seed: int) -> TrainingArguments:
         per_device_eval_batch_size=args.eval_batch_size, warmup_steps=args.warmup,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
         train_sampling_strategy="group_by_length" if args.group_by_length else "random",
-        eval_strategy="epoch", save_strategy="no", logging_strategy="steps", logging_steps=1,
+        eval_strategy="steps" if args.eval_every else "epoch", eval_steps=args.eval_every,
+        save_strategy="no", logging_strategy="steps", logging_steps=1,
         disable_tqdm=True, report_to="none", use_cpu=args.device == "cpu",
         dataloader_pin_memory=torch.cuda.is_available() and args.device != "cpu",
     )
@@ -168,10 +198,12 @@ def train_seed(args, spec, tokenizer, train: Encoded, dev: Encoded, dev_examples
     else:
         head = {"id2label": dict(enumerate(spec.labels)), "label2id": {n: i for i, n in enumerate(spec.labels)},
                 "problem_type": "single_label_classification"}
+    if args.classifier_dropout is not None:
+        head["classifier_dropout"] = args.classifier_dropout
     model = BertForSequenceClassification.from_pretrained(args.model, **head)
     training = training_args(args, seed)
     per_epoch = math.ceil(len(train) / args.batch_size)
-    log = EpochLog(seed, spec, args.epochs, per_epoch)
+    log = Curve(seed, spec, args.epochs, per_epoch, args.eval_every)
     trainer = Trainer(model=model, args=training, train_dataset=train, eval_dataset=dev,
                       data_collator=DataCollatorWithPadding(tokenizer),
                       compute_metrics=scorer(spec, dev_examples), callbacks=[log])
@@ -181,7 +213,8 @@ def train_seed(args, spec, tokenizer, train: Encoded, dev: Encoded, dev_examples
     elapsed = time.time() - start
     losses = step_losses(trainer.state.log_history)
     final = {k: v for k, v in log.records[-1].items() if k not in ("epoch", "train_loss")}
-    return {"seed": seed, "dev": final, "epochs": log.records, "train_loss": [round(x, 5) for x in losses],
+    return {"seed": seed, "dev": final, "epochs": log.records, "evals": log.evals,
+            "train_loss": [round(x, 5) for x in losses],
             "steps": trainer.state.global_step, "time_s": elapsed}
 
 
@@ -193,28 +226,6 @@ def summarize(runs: list[dict]) -> dict:
         out[key] = {"median": statistics.median(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                     "min": min(values), "max": max(values)}
     return out
-
-
-def plot(runs: list[dict], metric: str, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for name, ylabel in (("train_loss", "training loss"), (f"dev_{metric}", f"dev {metric}")):
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for r in runs:
-            if name == "train_loss":
-                ax.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], label=f"seed {r['seed']}", linewidth=0.8)
-            else:
-                ax.plot([e["epoch"] for e in r["epochs"]], [e[metric] for e in r["epochs"]], marker="o",
-                        label=f"seed {r['seed']}")
-        ax.set(xlabel="step" if name == "train_loss" else "epoch", ylabel=ylabel,
-               title=f"transformers Trainer: {ylabel}")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.savefig(out / f"{name}.png", dpi=100, bbox_inches="tight")
-        plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,13 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": runs, "summary": summarize(runs), "time_s": round(time.time() - start, 1),
         "hyper": {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "warmup": args.warmup,
                   "weight_decay": args.weight_decay, "max_grad_norm": args.max_grad_norm, "seeds": seeds,
-                  "group_by_length": args.group_by_length},
+                  "group_by_length": args.group_by_length, "classifier_dropout": args.classifier_dropout,
+                  "eval_every": args.eval_every},
         "trainer_defaults": {k: getattr(getattr(defaults, k), "value", getattr(defaults, k)) for k in
                              ("optim", "adam_epsilon", "adam_beta1", "adam_beta2", "lr_scheduler_type")},
         "args": vars(args),
     }
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    plot(runs, spec.main_metric, out)
+    write_json(out / "results.json", results)
+    plot_finetuning(runs, spec.main_metric, out, title="transformers Trainer")
     main_metric = spec.main_metric
     print(f"done in {results['time_s']:.0f}s. dev {main_metric} per seed: "
           + ", ".join(f"{r['seed']}: {r['dev'][main_metric]:.2f}" for r in runs))

@@ -111,6 +111,13 @@ CASES = [
     Case(f"{FT} --feature-based", "--feature-based applies to --task ner only"),
     Case(f"{FT} --split-articles 2", "--split-articles applies to --task squad only"),
     Case(f"{FT} --layers -1", "--layers applies to --feature-based only"),
+    Case(f"{FT} --max-grad-norm -1", "argument --max-grad-norm"),
+    Case(f"{FT} --max-grad-norm inf", "argument --max-grad-norm"),
+    Case(f"{FT} --classifier-dropout 1", "argument --classifier-dropout"),
+    Case(f"{FT} --classifier-dropout x", "argument --classifier-dropout"),
+    Case(f"{FT.replace('--task sst2', '--task squad')} --classifier-dropout 0.2", "--classifier-dropout applies to"),
+    Case(f"{FT} --eval-every 0", "argument --eval-every"),
+    Case(f"{FT} --eval-every 2.5", "argument --eval-every"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
     # pretrain
     Case(f"{PT} --lr -1", "argument --lr"),

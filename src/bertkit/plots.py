@@ -3,7 +3,8 @@
 - pretraining: loss.png (training loss per logging step, validation loss per evaluation) and
   accuracy.png (validation MLM or next-token accuracy, NSP accuracy), redrawn at each
   evaluation so a person can watch a run by reloading an image;
-- fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (per epoch).
+- fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (at each
+  evaluation: per epoch, or every --eval-every steps), for bertkit's loop and transformers' Trainer.
 """
 
 from __future__ import annotations
@@ -61,22 +62,23 @@ def write_plots(records: list[dict], run_dir: str | Path) -> None:
     save_figure(fig, run_dir / "accuracy.png")
 
 
-def plot_finetuning(runs: list[dict], metric: str, out: str | Path) -> None:
-    """train_loss.png and dev_<metric>.png of a fine-tuning run's seeds (SeedRun records)."""
+def plot_finetuning(runs: list[dict], metric: str, out: str | Path, title: str = "Fine-tuning") -> None:
+    """train_loss.png and dev_<metric>.png of a fine-tuning run's seeds (SeedRun records): the dev
+    metric at every evaluation (`evals`; per epoch in records without them) against the epoch."""
     plt = pyplot()
     out = Path(out)
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
         ax.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], label=f"seed {r['seed']}", linewidth=0.8)
-    ax.set(xlabel="step", ylabel="training loss", title="Fine-tuning loss")
+    ax.set(xlabel="step", ylabel="training loss", title=f"{title} loss")
     _finish(ax)
     save_figure(fig, out / "train_loss.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
-        points = [(e["epoch"], e[metric]) for e in r["epochs"] if metric in e]
+        points = [(e["epoch"], e[metric]) for e in r.get("evals") or r["epochs"] if metric in e]
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"seed {r['seed']}")
-    ax.set(xlabel="epoch", ylabel=f"dev {metric}", title=f"Dev {metric} per epoch")
+    ax.set(xlabel="epoch", ylabel=f"dev {metric}", title=f"{title}: dev {metric} at each evaluation")
     _finish(ax)
     save_figure(fig, out / f"dev_{metric}.png")
 

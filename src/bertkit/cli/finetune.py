@@ -2,7 +2,8 @@
 
 Writes into OUT: model/ (HF format with vocabulary, loadable by the matching transformers
 `BertFor...` class; the seed with the best dev main metric, after its last epoch),
-results.json (each seed's dev metrics per epoch, median and standard deviation, time, options),
+results.json (each seed's dev metrics per epoch and at every evaluation: step, epoch, train loss
+since the previous one; median and standard deviation, time, options),
 predictions.tsv|.json|.conll (that model's dev predictions: GLUE submission layout, SQuAD
 {id: answer}, CoNLL `token gold predicted`), train_loss.png and dev_<metric>.png. OUT is built
 under a hidden temporary name and appears when the run ends, so a failed or interrupted run
@@ -19,6 +20,7 @@ from bertkit.cli.args import (
     comma_ints,
     device_name,
     existing_file,
+    float_in,
     int_between,
     model_dir,
     nonnegative_float,
@@ -29,6 +31,7 @@ from bertkit.errors import UserError
 
 DEFAULT_LAYERS = (-4, -3, -2, -1)
 RESULT_MARKERS = ("results.json", "model")  # what a previous fine-tuning left in OUT
+fraction_below_1 = float_in(0.0, 1.0, high_open=True)
 
 
 def add_arguments(parser) -> None:
@@ -48,6 +51,13 @@ def add_arguments(parser) -> None:
     a("--max-seq-len", type=int_between(8, 512), default=None, help="tokens per input (default 128; squad 384)")
     a("--warmup", type=nonnegative_float, default=0.1, help="warm-up: below 1 a fraction of the steps, else steps")
     a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
+    a("--max-grad-norm", type=nonnegative_float, default=1.0,
+      help="clip the gradient's global norm at this value before each step, as the paper (0: no clipping)")
+    a("--classifier-dropout", type=fraction_below_1, default=None,
+      help="dropout on the vector the output layer reads, in [0, 1) (default: the model config's "
+           "classifier_dropout, else its hidden_dropout_prob: 0.1 for BERT)")
+    a("--eval-every", type=positive_int, default=None, metavar="N",
+      help="also score dev every N optimizer steps, for the learning curve (default: after each epoch only)")
     a("--seeds", type=comma_ints(low=0, unique=True), default="1,2,3",
       help="comma-separated seeds; one full fine-tuning run per seed")
     a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast (weights stay fp32)")
@@ -74,6 +84,9 @@ def check(args) -> None:
         raise UserError("--feature-based applies to --task ner only")
     if args.layers != DEFAULT_LAYERS and not args.feature_based:
         raise UserError("--layers applies to --feature-based only")
+    if args.classifier_dropout is not None and (args.task == "squad" or args.feature_based):
+        raise UserError("--classifier-dropout applies to the classification and tagging heads "
+                        "(not squad's span head or --feature-based)")
     if args.split_articles is not None and args.task != "squad":
         raise UserError("--split-articles applies to --task squad only")
     if args.dev is None and args.split_articles is None:
@@ -87,8 +100,9 @@ def job_from_args(args):
     from bertkit.finetune.run import FinetuneJob
 
     lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
-    hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay,
-               seeds=args.seeds, group_by_length=args.group_by_length)
+    hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, args.max_grad_norm,
+               seeds=args.seeds, group_by_length=args.group_by_length,
+               classifier_dropout=args.classifier_dropout, eval_every=args.eval_every)
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
     return FinetuneJob(
         model=args.model, task=args.task, train=args.train, out=args.out, dev=args.dev, hyper=hp,

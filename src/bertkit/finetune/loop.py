@@ -3,7 +3,8 @@
 The paper's recipe (§4 and Appendix A.3): start from the pretrained weights, add one output
 layer, train everything end to end for a few epochs with Adam (weight decay 0.01, none on biases
 and LayerNorm), linear warm-up over the first 10% of the steps then linear decay to zero, batch
-32, learning rate 2e-5..5e-5, gradient norm clipped at 1.0. Fine-tuning is unstable on small
+32, learning rate 2e-5..5e-5, gradient norm clipped at 1.0 (`Hyper` holds these knobs, with the
+classifier's dropout and how often dev is scored). Fine-tuning is unstable on small
 sets, so the paper ran several restarts and kept the best on dev; we run each seed from the same
 pretrained weights and report every seed, the median and the standard deviation.
 
@@ -43,9 +44,11 @@ class Hyper:
     batch_size: int = 32
     warmup: float = 0.1  # below 1: fraction of the steps; otherwise a step count
     weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  # 0: no clipping
     seeds: tuple[int, ...] = (1, 2, 3)
     group_by_length: bool = False  # batches of similar length: less padding, same examples per epoch
+    classifier_dropout: float | None = None  # dropout before the output layer; None: the model config's
+    eval_every: int | None = None  # also score dev every N optimizer steps; None: after each epoch only
 
 
 @dataclass
@@ -53,6 +56,7 @@ class SeedRun:
     seed: int
     dev: dict  # the dev metrics after the last epoch
     epochs: list[dict]  # {"epoch", "train_loss", **dev metrics} per epoch
+    evals: list[dict]  # {"step", "epoch" (step / steps per epoch), "train_loss" since the last, **dev} per evaluation
     train_loss: list[float]  # per optimizer step
     steps: int
     time_s: float
@@ -91,10 +95,8 @@ def epoch_batches(lengths: list[int], batch_size: int, g: torch.Generator, group
 
 def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime,
                seed: int, log=print) -> tuple[SeedRun, list]:
-    """Train `model` on `train` for hp.epochs, scoring `dev` after each epoch.
-
-    Returns the run record and the last epoch's dev predictions.
-    """
+    """Train `model` on `train` for hp.epochs, scoring `dev` after each epoch (and every
+    hp.eval_every steps). Returns the run record and the last epoch's dev predictions."""
     start = time.time()
     g = torch.Generator().manual_seed(seed)
     features = train.features
@@ -103,9 +105,9 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
     warm = warmup_steps(hp.warmup, total)
     model.to(rt.device)
     optimizer = build_optimizer(model, hp.lr, hp.weight_decay)
+    clip = hp.max_grad_norm if hp.max_grad_norm > 0 else math.inf  # inf: the norm, unclipped
     step_losses: list[torch.Tensor] = []
-    epochs: list[dict] = []
-    predictions: list = []
+    curve = _Curve(task, dev, rt, per_epoch, seed, hp.epochs, log)
     bar = _progress(total, f"seed {seed}", rt.progress)
     step = 0
     for epoch in range(1, hp.epochs + 1):
@@ -119,7 +121,7 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
             with rt.autocast():
                 loss = task.loss(model, batch)
             loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step_losses.append(loss.detach().float())
@@ -127,16 +129,47 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
             bar.update(1)
             if step % 10 == 0 or step == total:  # .item() only here: it syncs the device
                 bar.set_postfix_str(f"epoch {epoch} loss {loss.item():.4f} lr {lr:.2e} |g| {norm.item():.2f}")
-        predictions = task.predict(model, dev, rt)
-        metrics = task.score(dev, predictions)
-        epoch_loss = torch.stack(step_losses[first:]).mean().item()
-        epochs.append({"epoch": epoch, "train_loss": epoch_loss, **metrics})
-        log(f"seed {seed} epoch {epoch}/{hp.epochs}: train loss {epoch_loss:.4f}  dev " + _fmt(metrics))
+            if hp.eval_every and step % hp.eval_every == 0 and step % per_epoch:
+                curve.evaluate(model, step, step_losses)
+                model.train()
+        curve.end_epoch(model, epoch, step, step_losses, first)
     bar.close()
     losses = [round(x, 5) for x in torch.stack(step_losses).tolist()] if step_losses else []
-    run = SeedRun(seed, epochs[-1] if epochs else {}, epochs, losses, step, time.time() - start)
+    epochs = curve.epochs
+    run = SeedRun(seed, epochs[-1] if epochs else {}, epochs, curve.evals, losses, step, time.time() - start)
     run.dev = {k: v for k, v in run.dev.items() if k not in ("epoch", "train_loss")}
-    return run, predictions
+    return run, curve.predictions
+
+
+class _Curve:
+    """The dev learning curve of one seed: an evaluation at the end of each epoch and, with
+    --eval-every, between; each records its step, its (fractional) epoch and the mean training
+    loss since the previous evaluation."""
+
+    def __init__(self, task: Task, dev: Prepared, rt: Runtime, per_epoch: int, seed: int, n_epochs: int, log):
+        self.task, self.dev, self.rt, self.per_epoch = task, dev, rt, per_epoch
+        self.seed, self.n_epochs, self.log = seed, n_epochs, log
+        self.epochs: list[dict] = []
+        self.evals: list[dict] = []
+        self.predictions: list = []
+        self._since = 0  # index of the first step loss after the previous evaluation
+
+    def evaluate(self, model: nn.Module, step: int, step_losses: list) -> dict:
+        self.predictions = self.task.predict(model, self.dev, self.rt)
+        metrics = self.task.score(self.dev, self.predictions)
+        loss = torch.stack(step_losses[self._since :]).mean().item() if step_losses[self._since :] else math.nan
+        self._since = len(step_losses)
+        self.evals.append({"step": step, "epoch": round(step / self.per_epoch, 4), "train_loss": loss, **metrics})
+        if step % self.per_epoch:
+            self.log(f"seed {self.seed} step {step} (epoch {step / self.per_epoch:.2f}): train loss {loss:.4f}  dev "
+                     + _fmt(metrics))
+        return metrics
+
+    def end_epoch(self, model: nn.Module, epoch: int, step: int, step_losses: list, first: int) -> None:
+        metrics = self.evaluate(model, step, step_losses)
+        epoch_loss = torch.stack(step_losses[first:]).mean().item()
+        self.epochs.append({"epoch": epoch, "train_loss": epoch_loss, **metrics})
+        self.log(f"seed {self.seed} epoch {epoch}/{self.n_epochs}: train loss {epoch_loss:.4f}  dev " + _fmt(metrics))
 
 
 def _fmt(metrics: dict) -> str:

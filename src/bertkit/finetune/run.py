@@ -67,6 +67,7 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
                      feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers)
     check_length(task, config, model_dir)
+    task.classifier_dropout = job.hyper.classifier_dropout
     t0 = time.time()
     train_examples, dev_examples = _examples(task, job)
     task.fit_labels(train_examples)

@@ -48,7 +48,7 @@ class SequenceTask(HeadTask):
 
     def config_changes(self) -> dict:
         kind = "regression" if self.regression else "single_label_classification"
-        return {"id2label": dict(enumerate(self.labels)), "problem_type": kind}
+        return {"id2label": dict(enumerate(self.labels)), "problem_type": kind, **self.dropout_change()}
 
     def settings(self) -> dict:
         return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **self.options}

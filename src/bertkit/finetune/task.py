@@ -121,9 +121,15 @@ class HeadTask:
     targets: tuple[str, ...] = ("labels",)  # feature keys the loss reads, not the model's inputs
     labels: list[str] | None = None
     tokenizer: Any = None
+    classifier_dropout: float | None = None  # set by the run (--classifier-dropout); None: the config's
 
     def config_changes(self) -> dict:
-        return {"id2label": dict(enumerate(self.labels))} if self.labels else {}
+        """What a new model's config changes from the checkpoint's: labels, head dropout."""
+        labels = {"id2label": dict(enumerate(self.labels))} if self.labels else {}
+        return {**labels, **self.dropout_change()}
+
+    def dropout_change(self) -> dict:
+        return {} if self.classifier_dropout is None else {"classifier_dropout": self.classifier_dropout}
 
     def new_model(self, model_dir: Path) -> nn.Module:
         """The pretrained encoder with this task's head (fresh when the checkpoint has none)."""

@@ -1,0 +1,131 @@
+"""The bertkit-vs-Trainer GLUE table, rendered from whatever runs exist (issue 17).
+
+`bench/glue_vs_trainer.py` writes one results.json per run to ROOT/<task>/<pipeline>-seed<k>.json
+(pipeline `bertkit` or `trainer`, one seed per file). This module reads them, summarizes each
+task's dev main metric (median, sample std, min, max over seeds) and wall time per run (the
+training loop with its dev evaluations: `seeds[0].time_s` in both layouts), applies the goal
+check, and renders the Markdown table the README shows, a JSON summary and a PNG of every seed.
+
+The goal, per task, judged only once both pipelines have every seed:
+- quality: bertkit's median >= Trainer's median - half the larger of the two stds;
+- time: bertkit's median wall time per run <= Trainer's.
+A task with missing runs is marked incomplete (k/n seeds) and shows what it has.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+TASKS = ("mrpc", "rte", "stsb", "cola", "sst2")
+PIPELINES = ("bertkit", "trainer")
+NAMES = {"mrpc": "MRPC", "rte": "RTE", "stsb": "STS-B", "cola": "CoLA", "sst2": "SST-2 (8k)"}
+START = "<!-- glue-vs-trainer table: start (bench/glue_vs_trainer.py writes this) -->"
+END = "<!-- glue-vs-trainer table: end -->"
+
+
+def run_path(root: Path, task: str, pipeline: str, seed: int) -> Path:
+    return Path(root) / task / f"{pipeline}-seed{seed}.json"
+
+
+def load_runs(root: Path, task: str, pipeline: str, seeds: list[int]) -> list[dict]:
+    """{seed, metric, value, time_s, epoch1} of each finished run, in seed order."""
+    runs = []
+    for seed in seeds:
+        path = run_path(root, task, pipeline, seed)
+        if not path.exists():
+            continue
+        results = json.loads(path.read_text(encoding="utf-8"))
+        run, metric = results["seeds"][0], results["main_metric"]
+        epochs = run.get("epochs") or [{}]
+        runs.append({"seed": run["seed"], "metric": metric, "value": run["dev"][metric], "time_s": run["time_s"],
+                     "epoch1": epochs[0].get(metric)})
+    return runs
+
+
+def stats(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarize_task(bertkit: list[dict], trainer: list[dict], n_seeds: int) -> dict:
+    """Both pipelines' statistics and the goal check (None until both have all seeds)."""
+    out: dict = {"complete": len(bertkit) == n_seeds and len(trainer) == n_seeds, "seeds": n_seeds}
+    for name, runs in (("bertkit", bertkit), ("trainer", trainer)):
+        out[name] = ({**stats([r["value"] for r in runs]), "time_s": statistics.median([r["time_s"] for r in runs]),
+                      "values": {r["seed"]: r["value"] for r in runs}} if runs else None)
+        if runs:
+            out["metric"] = runs[0]["metric"]
+    out["quality_ok"] = out["time_ok"] = None
+    if out["complete"]:
+        b, t = out["bertkit"], out["trainer"]
+        out["margin"] = max(b["std"], t["std"]) / 2
+        out["quality_ok"] = b["median"] >= t["median"] - out["margin"]
+        out["time_ok"] = b["time_s"] <= t["time_s"]
+    return out
+
+
+def summarize(root: Path, tasks=TASKS, seeds=(1, 2, 3, 4, 5)) -> dict:
+    seeds = list(seeds)
+    return {task: summarize_task(load_runs(root, task, "bertkit", seeds), load_runs(root, task, "trainer", seeds),
+                                 len(seeds)) for task in tasks}
+
+
+def _cell(s: dict | None) -> str:
+    if s is None:
+        return "– | – | – | – | –"
+    return f"{s['median']:.2f} | {s['std']:.2f} | {s['min']:.2f} | {s['max']:.2f} | {s['time_s']:.0f}"
+
+
+def _verdict(row: dict) -> str:
+    if not row["complete"]:
+        have = [row[p]["n"] if row[p] else 0 for p in PIPELINES]
+        return f"incomplete ({have[0]}/{row['seeds']} bertkit, {have[1]}/{row['seeds']} Trainer seeds)"
+    quality = "yes" if row["quality_ok"] else "**no**"
+    time = "yes" if row["time_ok"] else "**no**"
+    return f"quality {quality} (>= {row['trainer']['median'] - row['margin']:.2f}); time {time}"
+
+
+def render(summary: dict) -> str:
+    """The Markdown table: per task, each pipeline's median, std, min, max, wall time, and the goal."""
+    lines = ["| task | metric | pipeline | median | std | min | max | s/run | goal met? |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for task, row in summary.items():
+        metric = row.get("metric", "–")
+        lines.append(f"| {NAMES.get(task, task)} | {metric} | bertkit | {_cell(row['bertkit'])} | {_verdict(row)} |")
+        lines.append(f"| | | Trainer | {_cell(row['trainer'])} | |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_section(text: str, table: str) -> str:
+    """`text` with the block between START and END replaced by `table` (markers kept)."""
+    if START not in text or END not in text:
+        raise ValueError("README has no glue-vs-trainer table markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{table}{END}{tail}"
+
+
+def plot(summary: dict, dest: Path) -> None:
+    """One panel per task with runs: every seed's dev metric for each pipeline, medians as bars."""
+    from bertkit.plots import pyplot, save_figure
+
+    rows = {t: r for t, r in summary.items() if r["bertkit"] or r["trainer"]}
+    if not rows:
+        return
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(rows), figsize=(3 * len(rows), 3.5), squeeze=False)
+    for ax, (task, row) in zip(axes[0], rows.items()):
+        for x, name in enumerate(PIPELINES):
+            s = row[name]
+            if s:
+                values = list(s["values"].values())
+                ax.scatter([x] * len(values), values, alpha=0.7)
+                ax.hlines(s["median"], x - 0.25, x + 0.25, colors="black")
+        ax.set(xticks=[0, 1], xticklabels=["bertkit", "Trainer"], xlim=(-0.6, 1.6),
+               title=f"{NAMES.get(task, task)} ({'done' if row['complete'] else 'partial'})",
+               ylabel=f"dev {row.get('metric', '')}")
+        ax.grid(alpha=0.3)
+    fig.suptitle("all-MiniLM-L6-v2, 2 epochs: each seed's dev score (bar: median)")
+    save_figure(fig, dest)

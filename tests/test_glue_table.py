@@ -1,0 +1,50 @@
+"""bench/glue_table.py: the bertkit-vs-Trainer table and its goal check, from fixture runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import glue_table
+
+
+def _write(root: Path, task: str, pipeline: str, seed: int, value: float, time_s: float) -> None:
+    run = {"seed": seed, "dev": {"accuracy": value}, "epochs": [{"epoch": 1, "accuracy": value - 1}], "time_s": time_s}
+    path = glue_table.run_path(root, task, pipeline, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"main_metric": "accuracy", "seeds": [run]}))
+
+
+def test_goal_check_and_rendering(tmp_path):
+    seeds = [1, 2, 3]
+    for s, (b, t) in zip(seeds, [(60, 62), (64, 63), (62, 61)]):
+        _write(tmp_path, "rte", "bertkit", s, b, 100 + s)  # bertkit median 62, std 2; trainer median 62, std 1
+        _write(tmp_path, "rte", "trainer", s, t, 200)
+    for s, (b, t) in zip(seeds, [(50, 70), (51, 71), (52, 72)]):
+        _write(tmp_path, "mrpc", "bertkit", s, b, 300)  # far below, and slower
+        _write(tmp_path, "mrpc", "trainer", s, t, 200)
+    _write(tmp_path, "stsb", "bertkit", 1, 80, 10)  # one run only
+    summary = glue_table.summarize(tmp_path, ("rte", "mrpc", "stsb", "cola"), seeds)
+    rte, mrpc, stsb, cola = (summary[t] for t in ("rte", "mrpc", "stsb", "cola"))
+    assert rte["complete"] and rte["bertkit"]["median"] == 62 and rte["bertkit"]["std"] == pytest.approx(2)
+    assert rte["margin"] == pytest.approx(1) and rte["quality_ok"] and rte["time_ok"]
+    assert rte["bertkit"]["time_s"] == 102
+    assert mrpc["complete"] and not mrpc["quality_ok"] and not mrpc["time_ok"]
+    assert not stsb["complete"] and stsb["quality_ok"] is None and stsb["trainer"] is None
+    assert cola["bertkit"] is None and not cola["complete"]
+    table = glue_table.render(summary)
+    lines = table.splitlines()
+    assert lines[2] == "| RTE | accuracy | bertkit | 62.00 | 2.00 | 60.00 | 64.00 | 102 | quality yes (>= 61.00); time yes |"
+    assert "quality **no** (>= 70.50); time **no**" in lines[4]
+    assert "incomplete (1/3 bertkit, 0/3 Trainer seeds)" in lines[6]
+    assert "incomplete (0/3 bertkit, 0/3 Trainer seeds)" in lines[8]
+    readme = f"intro\n{glue_table.START}\nold\n{glue_table.END}\nrest\n"
+    new = glue_table.replace_section(readme, table)
+    assert new == f"intro\n{glue_table.START}\n{table}{glue_table.END}\nrest\n"
+    assert glue_table.replace_section(new, table) == new
+    glue_table.plot(summary, tmp_path / "table.png")
+    assert (tmp_path / "table.png").stat().st_size > 1000
