@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("bertkit.cli.score", "score a predictions file with the official metric"),
     "features": ("bertkit.cli.features", "export per-token features from chosen layers"),
     "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
+    "ablate": ("bertkit.cli.ablate", "the paper's ablations (Tables 5-8), resumable, reported beside its figures"),
 }
 
 
