@@ -260,6 +260,17 @@ CASES = [
     Case("demo --preset huge", "argument --preset"),
     Case("bench --repeats 0", "argument --repeats"),
     Case("bench --json b.json", "b.json: exists; pass --overwrite", {"b.json": "[]"}),
+    # ablate
+    Case("ablate --out abl --scale huge", "argument --scale: unknown scale 'huge'"),
+    Case("ablate --out abl --seeds 1,1", "argument --seeds"),
+    Case("ablate --out abl --only t9 --plan-only", "--only: no table or row 't9'"),
+    Case("ablate --out abl --tasks mnli --plan-only", "--tasks: unknown task(s) mnli"),
+    Case("ablate --out abl --data-dir nowhere", "argument --data-dir: nowhere: no such folder"),
+    Case("ablate --out abl --data-dir .", "--corpus is required"),
+    Case("ablate --corpus $corpus --out abl --plan-only --report-only", "--plan-only and --report-only"),
+    Case("ablate --corpus $corpus --out abl --data-dir . --tasks mrpc", "glue/MRPC/train.tsv: no such file"),
+    Case("ablate --corpus $corpus --out abl --data-dir . --tasks mrpc --only t5-bert", "abl: is a folder of other files",
+         {"glue/MRPC/train.tsv": "x", "glue/MRPC/dev.tsv": "x", "abl/notes.txt": "mine"}),
 ]
 
 

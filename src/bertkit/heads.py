@@ -240,12 +240,17 @@ class BertForQuestionAnswering(_Head):
         start, end = self.output(enc.last_hidden_state).float().unbind(-1)  # (B, T) each
         out = QAOutput(hidden_states=enc.hidden_states, start_logits=start, end_logits=end)
         if start_positions is not None and end_positions is not None:
-            # As transformers: positions outside the sequence are clamped to T and ignored.
-            T = start.shape[1]
-            s = start_positions.reshape(-1).clamp(0, T)
-            e = end_positions.reshape(-1).clamp(0, T)
-            out.loss = (F.cross_entropy(start, s, ignore_index=T) + F.cross_entropy(end, e, ignore_index=T)) / 2
+            out.loss = span_loss(start, end, start_positions, end_positions)
         return out
+
+
+def span_loss(start: Tensor, end: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor:
+    """The mean of the start and end cross-entropies over (B, T) logits; as transformers,
+    positions outside the sequence are clamped to T and ignored."""
+    T = start.shape[1]
+    s = start_positions.reshape(-1).clamp(0, T)
+    e = end_positions.reshape(-1).clamp(0, T)
+    return (F.cross_entropy(start, s, ignore_index=T) + F.cross_entropy(end, e, ignore_index=T)) / 2
 
 
 class BiLSTMTagger(nn.Module):

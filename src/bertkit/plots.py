@@ -4,7 +4,8 @@
   accuracy.png (validation MLM or next-token accuracy, NSP accuracy), redrawn at each
   evaluation so a person can watch a run by reloading an image;
 - fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (at each
-  evaluation: per epoch, or every --eval-every steps), for bertkit's loop and transformers' Trainer.
+  evaluation: per epoch, or every --eval-every steps), for bertkit's loop and transformers' Trainer;
+- ablations: one PNG per table (`plot_ablation_table`), our medians beside the paper's figures.
 """
 
 from __future__ import annotations
@@ -87,3 +88,28 @@ def _finish(ax) -> None:
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend()
+
+
+def plot_ablation_table(table: dict, dest: str | Path) -> None:
+    """One ablation table (report.json's layout): a panel per column, a bar per row with our
+    median and the seeds' standard deviation, every seed as a dot, the paper's figure as a red mark."""
+    plt = pyplot()
+    columns, rows = table["columns"], table["rows"]
+    fig, axes = plt.subplots(1, len(columns), figsize=(3.6 * len(columns) + 2.5, 0.45 * len(rows) + 1.6),
+                             squeeze=False, sharey=True)
+    y = list(range(len(rows)))[::-1]
+    for ax, column in zip(axes[0], columns):
+        entries = [r["entries"][column] for r in rows]
+        ax.barh(y, [e.get("median", 0.0) for e in entries], xerr=[e.get("std", 0.0) for e in entries],
+                color="#7a9cc6", capsize=3, label="ours (median, std)")
+        for yi, e in zip(y, entries):
+            ax.plot(e["values"], [yi] * len(e["values"]), "k.", markersize=4)
+        paper = [(yi, e["paper"]) for yi, e in zip(y, entries) if e["paper"] is not None]
+        ax.plot([p for _, p in paper], [yi for yi, _ in paper], "r|", markersize=14, markeredgewidth=2,
+                label="paper")
+        ax.set_title(column, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(y, [r["label"] for r in rows], fontsize=8)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(table["title"] + ": ours (bars, dots = seeds) and the paper (red)", fontsize=10)
+    save_figure(fig, dest)

@@ -1,8 +1,8 @@
 """Feature-based NER (paper §5.3): a small tagger on frozen BERT features, no fine-tuning.
 
 The paper feeds the concatenation of the last four hidden layers at each word's first
-WordPiece into a randomly initialised two-layer BiLSTM (768 units per direction for BERT-base)
-before the classification layer, and reaches 96.1 dev F1 against 96.4 for fine-tuning. Here the
+WordPiece (Table 7 also tries single layers and sums of layers: `combine`) into a randomly
+initialised two-layer BiLSTM (768 units per direction for BERT-base) before the classification layer, and reaches 96.1 dev F1 against 96.4 for fine-tuning. Here the
 encoder runs once over every sentence; the word features are kept (in bf16 to halve the memory)
 and only the tagger (`bertkit.heads.BiLSTMTagger`) trains. Its LSTM width follows the encoder's
 hidden size, as the paper's 768 did for BERT-base.
@@ -33,17 +33,22 @@ class FeatureTaggerTask(TokenTask):
     """NER with the encoder frozen: word features computed once, then a BiLSTM tagger trained."""
 
     def __init__(self, labels: list[str] | None, tokenizer, max_seq_len: int, encoder_dir: Path,
-                 rt: Runtime, layers: tuple[int, ...] = (-4, -3, -2, -1)):
+                 rt: Runtime, layers: tuple[int, ...] = (-4, -3, -2, -1), combine: str = "concat"):
+        from bertkit.embed import COMBINES
+
         super().__init__(labels, tokenizer, max_seq_len)
-        self.layers, self.rt = tuple(layers), rt
+        if combine not in COMBINES:
+            raise UserError(f"combine must be one of {', '.join(COMBINES)}, not {combine!r}")
+        self.layers, self.rt, self.combine = tuple(layers), rt, combine
         self.encoder = BertModel.from_pretrained(encoder_dir).to(rt.device).eval()
         for p in self.encoder.parameters():
             p.requires_grad_(False)
         C = self.encoder.config.hidden_size
-        self.in_dim, self.hidden = C * len(self.layers), C
+        self.in_dim, self.hidden = C * len(self.layers) if combine == "concat" else C, C
 
     def settings(self) -> dict:
-        return {**super().settings(), "feature_based": True, "layers": list(self.layers)}
+        return {**super().settings(), "feature_based": True, "layers": list(self.layers),
+                "combine": self.combine}
 
     def prepare(self, sentences, train: bool = False) -> Prepared:
         """One feature row per word that has a first piece (not cut off, not empty)."""
@@ -60,14 +65,14 @@ class FeatureTaggerTask(TokenTask):
 
     @torch.no_grad()
     def _word_features(self, tokens: Prepared) -> list[Tensor]:
-        """(words kept, k*C) bf16 features on the CPU for each sentence: each word's first piece."""
+        """(words kept, in_dim) bf16 features on the CPU for each sentence: each word's first piece."""
         from bertkit.embed import select_layers
 
         out: list[Tensor] = [None] * len(tokens.features)
         # The token features' collate (HeadTask's), not this class's one of word features.
         for indices, enc in infer(self.encoder, super().collate, tokens, self.rt,
                                   output_hidden_states=True):
-            h = select_layers(enc.hidden_states, self.layers, "concat")  # (B, T, k*C)
+            h = select_layers(enc.hidden_states, self.layers, self.combine)  # (B, T, in_dim)
             for row, i in zip(h, indices):
                 ids = tokens.decoding[i]
                 first = [t for t, w in enumerate(ids) if w is not None and (t == 0 or ids[t - 1] != w)]
@@ -109,7 +114,8 @@ class FeatureTaggerTask(TokenTask):
         with atomic_path(out / TAGGER_WEIGHTS) as tmp:
             save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
         write_json(out / TAGGER_CONFIG, {"labels": self.labels, "layers": list(self.layers),
-                                         "in_dim": self.in_dim, "hidden": self.hidden, "num_layers": 2})
+                                         "combine": self.combine, "in_dim": self.in_dim, "hidden": self.hidden,
+                                         "num_layers": 2})
 
     def load_model(self, model_dir: Path) -> nn.Module:
         from safetensors.torch import load_file

@@ -24,7 +24,7 @@ TASKS = (*GLUE_TASKS, "classify", "regress", "squad", "ner")
 def make_task(name: str, tokenizer, max_seq_len: int | None = None, text_columns: list[str] | None = None,
               label_column: str | None = None, labels: list[str] | None = None, feature_based: bool = False,
               model_dir: Path | None = None, rt: Runtime | None = None,
-              layers: tuple[int, ...] | None = None) -> Task:
+              layers: tuple[int, ...] | None = None, combine: str = "concat") -> Task:
     """The task object for a task name (see TASKS). `labels` fixes the label set (a saved model's);
     otherwise GLUE's official set, or the training set's (`fit_labels`) for your own data."""
     if name == "squad":
@@ -39,7 +39,8 @@ def make_task(name: str, tokenizer, max_seq_len: int | None = None, text_columns
             return TokenTask(labels, tokenizer, seq_len)
         from bertkit.finetune.feature_ner import FeatureTaggerTask
 
-        return FeatureTaggerTask(labels, tokenizer, seq_len, model_dir, rt, layers or (-4, -3, -2, -1))
+        return FeatureTaggerTask(labels, tokenizer, seq_len, model_dir, rt, layers or (-4, -3, -2, -1),
+                                 combine)
     return _sequence_task(name, tokenizer, seq_len, text_columns, label_column, labels)
 
 
@@ -87,11 +88,13 @@ def task_for_model(name: str, model_dir: Path, rt: Runtime, max_seq_len: int | N
     tokenizer = Tokenizer.from_pretrained(model_dir)
     feature_based = (model_dir / TAGGER_CONFIG).exists()
     labels = layers = None
+    combine = "concat"
     if feature_based:
         tagger = read_tagger_config(model_dir)
-        labels, layers = tagger["labels"], tuple(tagger["layers"])
+        labels, layers, combine = tagger["labels"], tuple(tagger["layers"]), tagger.get("combine", "concat")
     elif config.id2label and name not in ("squad", "regress", "stsb"):
         labels = [config.id2label[i] for i in sorted(config.id2label)]
     return make_task(name, tokenizer, max_seq_len or saved.get("max_seq_len"),
                      text_columns or saved.get("text_columns"), label_column or saved.get("label_column"),
-                     labels=labels, feature_based=feature_based, model_dir=model_dir, rt=rt, layers=layers)
+                     labels=labels, feature_based=feature_based, model_dir=model_dir, rt=rt, layers=layers,
+                     combine=combine)

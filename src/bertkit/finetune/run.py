@@ -31,7 +31,8 @@ class FinetuneJob:
     text_columns: list[str] | None = None  # classify / regress
     label_column: str | None = None
     feature_based: bool = False  # ner: BiLSTM on frozen features
-    layers: tuple[int, ...] | None = None  # feature_based: hidden states to concatenate
+    layers: tuple[int, ...] | None = None  # feature_based: hidden states to combine
+    combine: str = "concat"  # feature_based: "concat" or "sum" (or "mean") the chosen layers
     split_articles: int | None = None  # squad: train on K articles of `train`
     max_train_examples: int | None = None  # a random subset of the training examples (seed 0)
     device: str = "auto"
@@ -65,7 +66,8 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     tokenizer = Tokenizer.from_pretrained(model_dir)
     rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
     task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
-                     feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers)
+                     feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers,
+                     combine=job.combine)
     check_length(task, config, model_dir)
     task.classifier_dropout = job.hyper.classifier_dropout
     t0 = time.time()

@@ -1,0 +1,171 @@
+"""An ablation's report: report.json from the finished cells, report.md and PNGs from report.json.
+
+Each table keeps the paper's layout (its rows, its columns); each entry shows our median and
+standard deviation over the fine-tuning seeds beside the paper's figure. Each row but a
+table's first is compared with one other row (`tables.Row.against`), and `sign_verdict` says
+whether the paper's sign of that gap holds here: a sign counts only when our gap is larger
+than the seeds' spread (the larger of the two rows' standard deviations); a smaller gap, or a
+single run (no spread to measure), is "not resolved at this scale". `render_markdown` reads
+nothing but report.json's content, so a report can be re-rendered (or checked) from that file.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from bertkit.ablate.plan import Plan
+from bertkit.ablate.tables import TABLES, Row, Table, cell_how
+
+HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN = ("holds", "reversed", "not resolved at this scale", "pending",
+                                                 "no sign in the paper")
+
+
+def sign_verdict(paper_gap: float | None, ours: list[float], reference: list[float]) -> dict:
+    """Whether our gap (median of `ours` minus median of `reference`) has the paper's sign,
+    counting it only when it exceeds the seeds' spread (the larger of the two standard deviations)."""
+    if paper_gap is None:
+        return {"verdict": NO_SIGN}
+    if not ours or not reference:
+        return {"verdict": PENDING, "paper_gap": paper_gap}
+    gap = statistics.median(ours) - statistics.median(reference)
+    out = {"paper_gap": round(paper_gap, 4), "our_gap": round(gap, 4)}
+    if len(ours) < 2 or len(reference) < 2:
+        return {**out, "spread": None, "verdict": UNRESOLVED, "why": "one run: no seed spread to compare with"}
+    spread = max(statistics.stdev(ours), statistics.stdev(reference))
+    out["spread"] = round(spread, 4)
+    if paper_gap == 0:
+        return {**out, "verdict": NO_SIGN}
+    if abs(gap) <= spread:
+        return {**out, "verdict": UNRESOLVED, "why": "the gap is within the seeds' spread"}
+    return {**out, "verdict": HOLDS if (gap > 0) == (paper_gap > 0) else REVERSED}
+
+
+def _values(plan: Plan, records: dict, row: Row, column) -> tuple[list[float], list[int]]:
+    """Our numbers for one entry: one per seed (fine-tuning) or one (a pretraining's metric)."""
+    if column.task == "pretrain":
+        record = records.get(f"pretrain/{row.variant.name}")
+        value = record["result"].get(column.metric) if record else None
+        return ([value], [0]) if value is not None else ([], [])
+    values, seeds = [], []
+    for seed in plan.seeds:
+        cell = f"finetune/{row.variant.name}/{column.task}/{cell_how(row, column)}/seed{seed}"
+        value = records.get(cell, {}).get("result", {}).get("dev", {}).get(column.metric)
+        if value is not None:
+            values.append(float(value))
+            seeds.append(seed)
+    return values, seeds
+
+
+def _entry(values: list[float], seeds: list[int], paper) -> dict:
+    entry = {"paper": paper, "values": values, "seeds": seeds, "n": len(values)}
+    if values:
+        entry["median"] = statistics.median(values)
+        entry["std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return entry
+
+
+def _table(plan: Plan, records: dict, table: Table) -> dict | None:
+    chosen = {r.key for r in plan.rows}
+    columns = [c for c in table.columns if c.task == "pretrain" or c.task in plan.tasks]
+    rows = [r for r in table.rows if r.key in chosen]
+    if not rows or not columns:
+        return None
+    by_key = {r.key: r for r in table.rows}
+    out_rows = []
+    for row in rows:
+        entries = {}
+        for column in columns:
+            values, seeds = _values(plan, records, row, column)
+            entry = _entry(values, seeds, row.paper.get(column.name))
+            other = by_key.get(row.against or table.rows[0].key)
+            if other is not None and other.key != row.key:
+                ref_values, _ = _values(plan, records, other, column)
+                paper_gap = None
+                if entry["paper"] is not None and other.paper.get(column.name) is not None:
+                    paper_gap = entry["paper"] - other.paper[column.name]
+                entry["sign"] = {"against": other.key, **sign_verdict(paper_gap, values, ref_values)}
+            entries[column.name] = entry
+        out_rows.append({"key": row.key, "label": row.label, "variant": row.variant.name, "entries": entries})
+    return {"key": table.key, "title": table.title, "note": table.note, "columns": [c.name for c in columns],
+            "rows": out_rows}
+
+
+def build_report(plan: Plan, records: dict, meta: dict) -> dict:
+    """report.json's content: `meta` (command, scale, times), the cells, every chosen table."""
+    tables = [t for t in (_table(plan, records, table) for table in TABLES) if t is not None]
+    verdicts = [e["sign"]["verdict"] for t in tables for r in t["rows"] for e in r["entries"].values() if "sign" in e]
+    counts = {v: verdicts.count(v) for v in (HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN) if v in verdicts}
+    pretrain = {r["id"]: r["result"] for r in records.values() if r["kind"] == "pretrain"}
+    return {**meta, "scale": plan.scale.name, "seeds": list(plan.seeds), "tasks": list(plan.tasks),
+            "cells": {"done": sum(c.id in records for c in plan.cells), "total": len(plan.cells)},
+            "cell_time_s": round(sum(r.get("time_s", 0.0) for r in records.values()), 1),
+            "verdicts": counts, "pretraining": pretrain, "tables": tables}
+
+
+def _number(entry: dict) -> str:
+    if not entry.get("n"):
+        return "pending"
+    if entry["n"] == 1:
+        return f"{entry['median']:.2f}"
+    return f"{entry['median']:.2f} ± {entry['std']:.2f}"
+
+
+def _sign_text(column: str, entry: dict) -> str:
+    sign = entry.get("sign")
+    if not sign or sign["verdict"] == NO_SIGN:
+        return ""
+    short = column.split(" (")[0]
+    if sign["verdict"] == PENDING:
+        return f"{short}: pending"
+    verdict = "not resolved" if sign["verdict"] == UNRESOLVED else sign["verdict"]
+    return f"{short} {verdict} ({sign['our_gap']:+.2f} vs paper {sign['paper_gap']:+.1f})"
+
+
+def render_table(table: dict) -> list[str]:
+    head = ["row"] + [f"{c}: ours / paper" for c in table["columns"]] + ["paper's sign vs the compared row"]
+    lines = [f"### {table['title']}", "", table["note"], "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    for row in table["rows"]:
+        cells = [row["label"]]
+        for column in table["columns"]:
+            entry = row["entries"][column]
+            paper = "-" if entry["paper"] is None else f"{entry['paper']:g}"
+            cells.append(f"{_number(entry)} / {paper}")
+        signs = [_sign_text(c, row["entries"][c]) for c in table["columns"]]
+        against = next((row["entries"][c]["sign"]["against"] for c in table["columns"]
+                        if "sign" in row["entries"][c]), None)
+        text = "; ".join(s for s in signs if s)
+        cells.append(f"vs {against}: {text}" if against and text else "(reference)")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def render_markdown(report: dict) -> str:
+    """report.md from report.json's content alone."""
+    cells = report["cells"]
+    lines = [f"# Ablations at scale `{report['scale']}`", "",
+             f"Command: `{report.get('command', '')}`", "",
+             f"Seeds {', '.join(map(str, report['seeds']))}; cells done {cells['done']} / {cells['total']}; "
+             f"time in cells {report['cell_time_s'] / 60:.1f} min.", "",
+             "Each entry: our median ± standard deviation over the fine-tuning seeds / the paper's dev figure "
+             "(Devlin et al. 2018, Tables 5-8). A sign holds only when our gap exceeds the larger of the two "
+             "rows' seed standard deviations; otherwise it is not resolved at this scale.", ""]
+    if report.get("verdicts"):
+        lines += ["Signs: " + ", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) + ".", ""]
+    for table in report["tables"]:
+        lines += render_table(table)
+        lines += [f"![{table['title']}]({table['key']}.png)", ""]
+    return "\n".join(lines)
+
+
+def write_report(out: Path, report: dict) -> None:
+    """report.json, report.md and one PNG per table into `out`."""
+    from bertkit.io import write_json, write_text
+    from bertkit.plots import plot_ablation_table
+
+    out = Path(out)
+    write_json(out / "report.json", report)
+    write_text(out / "report.md", render_markdown(report))
+    for table in report["tables"]:
+        plot_ablation_table(table, out / f"{table['key']}.png")

@@ -1,0 +1,93 @@
+"""`bertkit ablate` as one library call: plan, run the cells not yet done, write the report.
+
+OUT holds `ablation.json` (the scale, corpus and task data the folder was started with: a rerun
+with others is refused, as they would mix results), `work/` (the cells' folders, logs and
+records) and the report (report.md, report.json, one PNG per table). Running the same command
+again continues where it stopped; other --seeds, --tasks or --only add or leave out cells.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bertkit.ablate.cells import Context, read_done, run_cells
+from bertkit.ablate.plan import Plan, build_plan
+from bertkit.ablate.report import build_report, write_report
+from bertkit.errors import UserError
+from bertkit.io import read_json, write_json
+
+FOLDER_FILE = "ablation.json"
+
+
+@dataclass
+class AblationJob:
+    corpus: list[str]
+    out: str
+    scale: str = "cpu-small"
+    seeds: tuple[int, ...] = (1, 2, 3)
+    tasks: tuple[str, ...] | None = None  # None: every task
+    only: list[str] | None = None  # table or row keys; None: every row
+    data_dir: str = "../shared/data"
+    device: str = "auto"
+    workers: int = 1
+    command: str = ""
+
+
+def plan_for(job: AblationJob) -> Plan:
+    return build_plan(job.scale, job.seeds, job.tasks, job.only)
+
+
+def check_folder(job: AblationJob) -> None:
+    """OUT must be new, empty, or an ablation started with the same scale, corpus and task data."""
+    out = Path(job.out)
+    if out.exists() and not out.is_dir():
+        raise UserError("is a file; --out names the ablation's folder", out)
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / FOLDER_FILE).is_file():
+        raise UserError(f"is a folder of other files, not an ablation (no {FOLDER_FILE}); choose another --out", out)
+    saved = read_json(out / FOLDER_FILE, "an ablation's settings")
+    now = _identity(job)
+    differ = [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v]
+    if differ:
+        raise UserError(f"was started with other settings ({'; '.join(differ)}): continuing would mix results; "
+                        f"choose another --out", out)
+
+
+def _identity(job: AblationJob) -> dict:
+    return {"scale": job.scale, "corpus": [str(Path(p).resolve()) for p in job.corpus],
+            "data_dir": str(Path(job.data_dir).resolve())}
+
+
+def report_now(job: AblationJob, plan: Plan, ctx: Context, meta: dict) -> dict:
+    report = build_report(plan, read_done(ctx, plan), meta)
+    write_report(Path(job.out), report)
+    return report
+
+
+def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict:
+    """Run the cells of `job` not yet done (none with report_only), then write the report."""
+    plan = plan_for(job)
+    check_folder(job)
+    out = Path(job.out)
+    if report_only and not (out / FOLDER_FILE).is_file():
+        raise UserError(f"--report-only needs an ablation's folder (no {FOLDER_FILE} here)", out)
+    ctx = Context(out / "work", list(job.corpus), Path(job.data_dir), job.device, job.workers)
+    started = time.time()
+    meta = {"command": job.command, "job": {**asdict(job), "seeds": list(job.seeds)},
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if not report_only:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / FOLDER_FILE).is_file():
+            write_json(out / FOLDER_FILE, _identity(job))
+        try:
+            run_cells(plan, ctx, log)
+        finally:  # a stopped run still leaves the report of what is done
+            meta["wall_s"] = round(time.time() - started, 1)
+            report = report_now(job, plan, ctx, meta)
+    else:
+        report = report_now(job, plan, ctx, meta)
+    log(f"report: {out / 'report.md'} ({report['cells']['done']} of {report['cells']['total']} cells done)")
+    return report

@@ -1,0 +1,110 @@
+"""`bertkit ablate --corpus PATH... --out DIR`: the paper's ablations (Tables 5-8) as one command.
+
+From one corpus and one vocabulary it pretrains every variant (MLM + NSP, no NSP, LTR, model
+sizes, masking rules) with the same data and steps, fine-tunes or probes each on MRPC, SST-2,
+SQuAD and CoNLL-2003 with every seed, and writes OUT/report.md, report.json and a PNG per table,
+beside the paper's figures. Every cell is resumable: the same command again skips what is done.
+`--plan-only` lists the cells and the estimated time without running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from pathlib import Path
+
+from bertkit.cli.args import (
+    comma_ints,
+    device_name,
+    existing_dir,
+    existing_path,
+    positive_int,
+)
+from bertkit.errors import UserError
+
+
+def _default_data_dir() -> str:
+    return str(Path(os.environ.get("BERTKIT_SHARED", "../shared")) / "data")
+
+
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("names nothing")
+    return names
+
+
+def _scale(text: str) -> str:
+    from bertkit.ablate.plan import SCALES
+
+    if text not in SCALES:
+        raise argparse.ArgumentTypeError(f"unknown scale {text!r}; choose from {', '.join(SCALES)}")
+    return text
+
+
+def add_arguments(parser) -> None:
+    a = parser.add_argument
+    a("--corpus", nargs="+", type=existing_path, metavar="PATH",
+      help="pretraining text: files or folders (.txt, .gz, .xz); the vocabulary is learned from it too")
+    a("--out", required=True, help="the ablation's folder: report.md, report.json, PNGs, work/ (rerun to continue)")
+    a("--scale", type=_scale, default="cpu-small", help="tiny (tests), cpu-small (2 cores, ~3 h) or gpu (one H200)")
+    a("--seeds", type=comma_ints(low=0, unique=True), default="1,2,3", help="fine-tuning seeds, comma-separated")
+    a("--tasks", type=_names, default=None, help="comma-separated subset of mrpc,sst2,squad,conll (default: all)")
+    a("--only", type=_names, default=None,
+      help="comma-separated tables (t5,t6,t7,t8) or rows (t5-ltr, t8-100-0-0, ...) to run (default: all)")
+    a("--data-dir", type=existing_dir, default=None,
+      help="the shared task data (glue/, squad/, ner/ as in ../shared/data; default $BERTKIT_SHARED/data, "
+           "else ../shared/data)")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda or cuda:N")
+    a("--workers", type=positive_int, default=1, help="tokenizing processes when preparing the corpus")
+    a("--plan-only", action="store_true", help="print the cells and the time estimate; run nothing")
+    a("--report-only", action="store_true", help="write the report from the cells done so far; run nothing")
+
+
+def check(args) -> None:
+    from bertkit.ablate.plan import build_plan
+    from bertkit.ablate.runner import check_folder
+    from bertkit.ablate.taskdata import source_files
+
+    if args.plan_only and args.report_only:
+        raise UserError("--plan-only and --report-only: choose one")
+    if not args.corpus and not (args.plan_only or args.report_only):
+        raise UserError("--corpus is required (the pretraining text)")
+    plan = build_plan(args.scale, args.seeds, tuple(args.tasks) if args.tasks else None, args.only)
+    if not args.plan_only:
+        for task in {c.param("task") for c in plan.cells if c.kind == "tasks"}:
+            source_files(task, Path(args.data_dir or _default_data_dir()))
+        if args.corpus:
+            check_folder(job_from_args(args))
+
+
+def job_from_args(args):
+    from bertkit.ablate.runner import AblationJob
+
+    command = ["bertkit", "ablate", "--corpus", *(args.corpus or []), "--out", args.out, "--scale", args.scale,
+               "--seeds", ",".join(map(str, args.seeds))]
+    for flag, value in (("--tasks", args.tasks), ("--only", args.only)):
+        if value:
+            command += [flag, ",".join(value)]
+    return AblationJob(corpus=list(args.corpus or []), out=args.out, scale=args.scale, seeds=tuple(args.seeds),
+                       tasks=tuple(args.tasks) if args.tasks else None, only=args.only, data_dir=args.data_dir or _default_data_dir(),
+                       device=args.device, workers=args.workers, command=shlex.join(command))
+
+
+def run(args) -> int:
+    from bertkit.ablate.cells import Stopped
+    from bertkit.ablate.plan import describe
+    from bertkit.ablate.runner import plan_for, run_ablation
+
+    job = job_from_args(args)
+    if args.plan_only:
+        print(describe(plan_for(job)))
+        return 0
+    try:
+        report = run_ablation(job, log=lambda line: print(line, flush=True), report_only=args.report_only)
+    except Stopped as e:
+        print(f"bertkit ablate: stopped; the same command continues (exit status {e.status})", flush=True)
+        return e.status
+    print("signs: " + (", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) or "none yet"))
+    return 0

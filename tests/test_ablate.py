@@ -1,0 +1,192 @@
+"""`bertkit ablate` on a tiny slice: every cell written once, a rerun after a kill skips the
+finished cells and continues, the report renders from report.json alone, and the sign rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from finetune_helpers import write_conll, write_mrpc, write_squad, write_sst2
+
+from bertkit.ablate import cells as cells_module
+from bertkit.ablate.plan import build_plan
+from bertkit.ablate.report import (
+    HOLDS,
+    NO_SIGN,
+    PENDING,
+    REVERSED,
+    UNRESOLVED,
+    render_markdown,
+    sign_verdict,
+)
+from bertkit.cli import main
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, pretraining_data) -> dict[str, Path]:
+    """A corpus (the pretraining tests' synthetic text plus task-like sentences) and a data
+    folder in ../shared/data's layout holding tiny MRPC, SST-2, SQuAD and CoNLL files."""
+    root = tmp_path_factory.mktemp("ablate-inputs")
+    data = root / "data"
+    for folder in ("glue/MRPC", "glue/SST-2", "squad", "ner/conll2003"):
+        (data / folder).mkdir(parents=True)
+    write_mrpc(data / "glue/MRPC/train.tsv", 24, 0)
+    write_mrpc(data / "glue/MRPC/dev.tsv", 8, 1)
+    write_sst2(data / "glue/SST-2/train.tsv", 24, 0)
+    write_sst2(data / "glue/SST-2/dev.tsv", 8, 1)
+    write_squad(data / "squad/dev-v1.1.json", 3, 0)
+    write_conll(data / "ner/conll2003/train.txt", 24, 0)
+    write_conll(data / "ner/conll2003/dev.txt", 8, 1)
+    text = (pretraining_data / "corpus.txt").read_text(encoding="utf-8")
+    extra = "\n\n".join("the movie was very good . john was in paris river .\nthe film was a bad show ."
+                        for _ in range(6))
+    (root / "corpus.txt").write_text(text + "\n\n" + extra + "\n", encoding="utf-8")
+    return {"corpus": root / "corpus.txt", "data": data}
+
+
+def ablate(inputs, out: Path, *extra: str) -> int:
+    return main(["ablate", "--corpus", str(inputs["corpus"]), "--data-dir", str(inputs["data"]), "--out", str(out),
+                 "--scale", "tiny", *extra])
+
+
+def records(out: Path) -> dict[str, dict]:
+    return {json.loads(p.read_text())["id"]: json.loads(p.read_text()) for p in (out / "work" / "done").glob("*.json")}
+
+
+@pytest.fixture(scope="module")
+def full(inputs, tmp_path_factory, monkeypatch_module):
+    """Every table, every task, one seed; each executed cell counted."""
+    out = tmp_path_factory.mktemp("ablate-full") / "abl"
+    calls: list[str] = []
+    for kind, fn in list(cells_module.EXECUTORS.items()):
+        def counted(cell, plan, ctx, fn=fn):
+            calls.append(cell.id)
+            return fn(cell, plan, ctx)
+        monkeypatch_module.setitem(cells_module.EXECUTORS, kind, counted)
+    assert ablate(inputs, out, "--seeds", "1") == 0
+    return out, calls
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_every_cell_is_written_once(full):
+    out, calls = full
+    plan = build_plan("tiny", (1,))
+    ids = [c.id for c in plan.cells]
+    assert len(ids) == len(set(ids)) and sorted(calls) == sorted(ids)  # each cell ran once, none twice
+    done = records(out)
+    assert set(done) == set(ids)
+    assert len([i for i in ids if i.startswith("pretrain/")]) == 10  # 3 objectives, 2 more sizes, 5 more rules
+    for cell_id, record in done.items():
+        if record["kind"] == "finetune":
+            assert isinstance(record["result"]["dev"][{"squad": "f1", "conll": "f1"}.get(
+                record["params"]["task"], "accuracy")], float), cell_id
+    ppl = done["pretrain/bert"]["result"]["ppl"]
+    assert ppl > 1 and not (out / "work/pretrain/bert/checkpoints").exists()
+    assert not list((out / "work").rglob(".*.tmp"))  # no half-written folder left
+
+
+def test_report_renders_from_report_json(full):
+    out, _ = full
+    report = json.loads((out / "report.json").read_text())
+    assert [t["key"] for t in report["tables"]] == ["t5", "t6", "t7", "t8"]
+    assert report["cells"] == {"done": report["cells"]["total"], "total": report["cells"]["total"]}
+    text = render_markdown(report)
+    assert text == (out / "report.md").read_text()
+    for key in ("t5", "t6", "t7", "t8"):
+        assert (out / f"{key}.png").stat().st_size > 1000
+    t5 = next(t for t in report["tables"] if t["key"] == "t5")
+    assert [r["key"] for r in t5["rows"]] == ["t5-bert", "t5-no-nsp", "t5-ltr", "t5-ltr-bilstm"]
+    assert t5["rows"][3]["entries"]["SQuAD (F1)"]["sign"]["against"] == "t5-ltr"
+    assert "| LTR & No NSP | " in text and "/ 77.5 |" in text  # our number / the paper's, in its row
+    # one seed: no spread, so nothing can be resolved
+    assert set(report["verdicts"]) <= {UNRESOLVED, NO_SIGN}
+    report["tables"][0]["rows"][0]["entries"]["MRPC (acc)"].update(median=12.345, n=1)
+    assert "12.35 / 86.7" in render_markdown(report)  # what is shown comes from the JSON
+
+
+def test_rerun_after_a_kill_skips_finished_cells(inputs, tmp_path, monkeypatch):
+    out = tmp_path / "abl"
+    args = ("--only", "t5-ltr,t5-ltr-bilstm", "--tasks", "mrpc,squad", "--seeds", "1,2")
+    ran: list[str] = []
+    real = dict(cells_module.EXECUTORS)
+
+    def killed_at_fourth_finetune(cell, plan, ctx):
+        if cell.kind == "finetune" and sum(r.startswith("finetune") for r in ran) == 3:
+            (ctx.path(cell.id).parent / f".{Path(cell.id).name}.abc.tmp").mkdir(parents=True)  # half-written
+            raise KeyboardInterrupt  # as Ctrl-C in the middle of a cell
+        ran.append(cell.id)
+        return real[cell.kind](cell, plan, ctx)
+
+    monkeypatch.setattr(cells_module, "EXECUTORS", {k: killed_at_fourth_finetune for k in real})
+    assert ablate(inputs, out, *args) == 130
+    first = records(out)
+    assert set(first) == set(ran) and len([r for r in ran if r.startswith("finetune")]) == 3
+    mtimes = {i: (out / "work" / "done" / (i.replace("/", "__") + ".json")).stat().st_mtime_ns for i in first}
+    partial = json.loads((out / "report.json").read_text())
+    assert partial["cells"]["done"] == len(first) < partial["cells"]["total"]
+    assert "pending" in (out / "report.md").read_text()
+
+    again: list[str] = []
+    monkeypatch.setattr(cells_module, "EXECUTORS",
+                        {k: (lambda c, p, x: (again.append(c.id), real[c.kind](c, p, x))[1]) for k in real})
+    assert ablate(inputs, out, *args) == 0
+    plan = build_plan("tiny", (1, 2), ("mrpc", "squad"), ["t5-ltr", "t5-ltr-bilstm"])
+    assert not set(again) & set(first) and set(again) | set(first) == {c.id for c in plan.cells}
+    assert all((out / "work" / "done" / (i.replace("/", "__") + ".json")).stat().st_mtime_ns == m
+               for i, m in mtimes.items())
+    assert not list((out / "work").rglob(".*.tmp"))
+    report = json.loads((out / "report.json").read_text())
+    assert report["cells"]["done"] == report["cells"]["total"]
+    entry = report["tables"][0]["rows"][1]["entries"]["SQuAD (F1)"]
+    assert entry["n"] == 2 and entry["sign"]["verdict"] in (HOLDS, REVERSED, UNRESOLVED)
+
+
+def test_a_folder_started_otherwise_is_refused(inputs, tmp_path, capsys):
+    out = tmp_path / "abl"
+    (out).mkdir()
+    (out / "ablation.json").write_text(json.dumps({"scale": "gpu", "corpus": [], "data_dir": ""}))
+    assert ablate(inputs, out, "--only", "t5-bert", "--tasks", "mrpc", "--plan-only") == 0
+    assert ablate(inputs, out, "--only", "t5-bert", "--tasks", "mrpc") == 2
+    assert "was started with other settings (scale 'gpu' -> 'tiny'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("paper_gap, ours, reference, verdict", [
+    (-9.2, [60.0, 61.0, 62.0], [70.0, 71.0, 72.0], HOLDS),  # gap -10, spread 1
+    (-9.2, [72.0, 73.0, 74.0], [60.0, 61.0, 62.0], REVERSED),
+    (-9.2, [70.0, 71.0, 72.0], [70.5, 71.5, 72.5], UNRESOLVED),  # gap -0.5 within spread 1
+    (0.3, [70.0, 71.0, 72.0], [69.0, 70.0, 71.0], UNRESOLVED),  # gap 1 equals the spread: not more
+    (0.3, [70.0, 71.0, 75.0], [60.0, 61.0, 62.0], HOLDS),  # spread is the larger std (2.65) < gap 10
+    (-9.2, [60.0], [70.0], UNRESOLVED),  # one seed: no spread to compare with
+    (-9.2, [], [70.0, 71.0], PENDING),
+    (None, [60.0, 61.0], [70.0, 71.0], NO_SIGN),
+    (0.0, [60.0, 61.0], [70.0, 71.0], NO_SIGN),
+])
+def test_sign_rule(paper_gap, ours, reference, verdict):
+    assert sign_verdict(paper_gap, ours, reference)["verdict"] == verdict
+
+
+def test_sign_rule_reports_the_gap_and_spread():
+    out = sign_verdict(2.0, [3.0, 5.0], [1.0, 1.0])
+    assert out == {"paper_gap": 2.0, "our_gap": 3.0, "spread": pytest.approx(1.4142, abs=1e-4), "verdict": HOLDS}
+
+
+def test_plan_shares_cells_and_respects_only_tasks_seeds():
+    full = build_plan("cpu-small", (1, 2, 3))
+    ids = [c.id for c in full.cells]
+    assert len(ids) == len(set(ids))
+    assert len([i for i in ids if i.startswith("finetune/")]) == 38 * 3  # shared rows' cells counted once
+    order = {c.id: n for n, c in enumerate(full.cells)}
+    assert all(order[need] < order[c.id] for c in full.cells for need in c.needs)
+    small = build_plan("cpu-small", (7,), ("conll",), ["t7"])
+    assert [c.id for c in small.cells if c.kind == "pretrain"] == ["pretrain/bert"]
+    assert {c.param("how") for c in small.cells if c.kind == "finetune"} == {
+        "ft", "fb-embeddings", "fb-second-to-last", "fb-last", "fb-sum-last-four", "fb-concat-last-four", "fb-sum-all"}
+    assert {c.param("seed") for c in small.cells if c.kind == "finetune"} == {7}
+    assert full.estimate_s > 0
