@@ -149,6 +149,11 @@ CASES = [
          "model shape from --preset/--config-json (hidden_size 32 -> 256", copy=("run",)),
     Case(f"{PT} --resume --objective mlm", "objective 'mlm+nsp' -> 'mlm'", copy=("run",)),
     Case(f"{PT} --resume --objective mlm".replace("$data", "$packed"), "data (another prepared corpus", copy=("run",)),
+    Case(f"{PT} --init-from $tiny", "--config-json does not apply with --init-from"),
+    Case("pretrain --data $data --out run --init-from nowhere --steps 2", "argument --init-from: nowhere: no such"),
+    Case("pretrain --data $data --out run --init-from $tiny --objective ltr --steps 2", "--init-from continues a bidi"),
+    Case("pretrain --data $data --out run --init-from $tiny --steps 2 --eval-samples 0",
+         "was prepared with another vocabulary"),
     # prepare
     Case(PR, "data: holds a previous prepared data folder; pass --overwrite", {"data/manifest.json": "{}"}),
     Case(PR, "data: is a file", {"data": "a file"}),

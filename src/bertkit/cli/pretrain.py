@@ -2,6 +2,8 @@
 
 Under `torchrun --nproc-per-node N` the same command trains data-parallel; --batch-size is the
 global batch, split over processes and --grad-accum micro-steps, so results do not depend on N.
+With --init-from DIR it continues pretraining an existing model (domain adaptation): the
+data must be prepared with DIR's vocab.txt, and the run's model/ is DIR's model after it.
 SIGTERM or Ctrl-C saves a checkpoint and exits with status 143 or 130 (128 + the signal).
 """
 
@@ -14,6 +16,7 @@ from bertkit.cli.args import (
     existing_dir,
     float_in,
     json_object,
+    model_dir,
     nonnegative_float,
     nonnegative_int,
     positive_float,
@@ -81,6 +84,9 @@ def add_arguments(parser) -> None:
     a("--device", type=device_name, default="auto", help="auto, cpu or cuda")
     a("--tokenizer", type=tokenizer_dir,
       help="check that DATA_DIR was prepared with this tokenizer (folder with vocab.txt)")
+    a("--init-from", type=model_dir, default=None, metavar="DIR",
+      help="continued pretraining: start from this HF BERT directory (its shape and weights; a missing MLM head "
+           "starts tied to the word embeddings); DATA_DIR must be prepared with its vocab.txt; --preset is ignored")
     a("--config-json", type=json_object, default=None,
       help='model config overrides: a JSON object or a .json file, e.g. \'{"num_hidden_layers": 2}\'')
 
@@ -94,6 +100,10 @@ def check(args) -> None:
         raise UserError("--resume continues a run and --overwrite starts it again: give one")
     if args.minutes is not None and args.warmup >= 1:
         raise UserError("with --minutes, give --warmup as a fraction of the run (below 1)")
+    if args.init_from and args.config_json:
+        raise UserError("--config-json does not apply with --init-from: the model's shape is its config.json")
+    if args.init_from and args.objective == "ltr":
+        raise UserError("--init-from continues a bidirectional model: use --objective mlm or mlm+nsp")
     overrides = args.config_json or {}
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(BertConfig)})
     if unknown:
@@ -117,5 +127,6 @@ def run(args) -> int:
         log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep, seed=args.seed,
         resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,
         tokenizer=args.tokenizer, config_overrides=args.config_json or {}, overwrite=args.overwrite,
+        init_from=args.init_from,
     )
     return pretrain(cfg)

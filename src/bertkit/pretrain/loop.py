@@ -121,6 +121,9 @@ def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
     cls = BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
     if checkpoint is not None:
         model = cls.from_pretrained(checkpoint.path)
+    elif cfg.init_from:
+        torch.manual_seed(cfg.seed)  # the same new heads on every rank
+        model = cls.from_pretrained(cfg.init_from)
     else:
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         model = cls(model_config(cfg, manifest))
@@ -129,6 +132,25 @@ def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
     if checkpoint is not None:
         load_optimizer(checkpoint, optimizer)
     return model, optimizer
+
+
+def init_report(source: str, report: dict) -> str:
+    """One line on what continued pretraining kept from `source` and what starts new."""
+    from bertkit.hf import heads_in
+
+    new = heads_in(report.get("initialized", []))
+    line = f"initialised from {source}: encoder loaded"
+    if "masked-LM" in new:
+        line += "; no masked-LM head there, so it starts new with its decoder tied to the word embeddings"
+    else:
+        line += ", masked-LM head loaded"
+    rest = [h for h in new if h != "masked-LM"]
+    if rest:
+        line += f"; new: {', '.join(rest)}"
+    skipped = heads_in(report.get("skipped", []))
+    if skipped:
+        line += f"; not used: {', '.join(skipped)}"
+    return line
 
 
 def _objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
@@ -184,6 +206,8 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
                 began += " with " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
         else:
             began = f"starting fresh (--resume found no checkpoint in {cfg.out})" if cfg.resume else "starting"
+            if cfg.init_from:
+                print(init_report(cfg.init_from, model.load_report), flush=True)
         print(f"{began}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
               f"sequences, {d.world_size} process(es) on {device}", flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}

@@ -52,6 +52,8 @@ class TrainConfig:
     tokenizer: str | None = None  # when given, must be the tokenizer DATA_DIR was prepared with
     config_overrides: dict = field(default_factory=dict)  # BertConfig fields to change
     overwrite: bool = False  # start again in a RUN_DIR that holds a previous run, deleting it
+    init_from: str | None = None  # continued pretraining: start from this HF BERT directory's weights
+
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -78,6 +80,10 @@ class TrainConfig:
                 raise UserError(f"{name} must be at least 0, not {getattr(self, name)}")
         if self.resume and self.overwrite:
             raise UserError("resume continues a run and overwrite starts it again: choose one")
+        if self.init_from and self.objective == "ltr":
+            raise UserError("init_from continues a bidirectional model: use objective mlm or mlm+nsp, not ltr")
+        if self.init_from and self.config_overrides:
+            raise UserError("init_from takes the model's shape from its config.json: give no config overrides")
         try:
             self.masking()
         except ValueError as e:
@@ -104,7 +110,7 @@ class TrainConfig:
 # (weight_decay too: the optimizer's groups come back from the checkpoint.) The model's shape
 # (preset, config_overrides), the data and the tokenizer are compared by what they resolve to.
 _RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule",
-                 "weight_decay")
+                 "weight_decay", "init_from")
 # Never recorded as a change: how this invocation was asked to treat the folder.
 _RESUME_IGNORED = ("resume", "overwrite")
 # Manifest entries that say when and from where data was made, not what it holds.
@@ -132,7 +138,10 @@ def parse_overrides(text: str | None) -> dict:
 
 
 def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
-    """The preset, fitted to the data's vocabulary and length, with the overrides applied."""
+    """The preset, fitted to the data's vocabulary and length, with the overrides applied; for
+    continued pretraining, the starting model's own config."""
+    if cfg.init_from:
+        return _init_config(cfg, manifest)
     names = {f.name for f in dataclasses.fields(BertConfig)}
     unknown = sorted(set(cfg.config_overrides) - names)
     if unknown:
@@ -148,6 +157,22 @@ def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
     if config.max_position_embeddings < int(manifest["max_seq_len"]):
         raise UserError(f"max_position_embeddings {config.max_position_embeddings} is below the data's "
                         f"max_seq_len {manifest['max_seq_len']}: raise it with --config-json")
+    return config
+
+
+def _init_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
+    """The config of the model `init_from` names, checked against the prepared data."""
+    from bertkit.hf import load_config
+
+    config = load_config(cfg.init_from)
+    if config.attention == "causal":
+        raise UserError("is a left-to-right (causal) model; continued pretraining runs MLM", cfg.init_from)
+    if int(manifest["vocab_size"]) > config.vocab_size:
+        raise UserError(f"the data's vocabulary ({manifest['vocab_size']} entries) is larger than the model's "
+                        f"({config.vocab_size})", cfg.init_from)
+    if config.max_position_embeddings < int(manifest["max_seq_len"]):
+        raise UserError(f"the model has {config.max_position_embeddings} positions but the data's max_seq_len is "
+                        f"{manifest['max_seq_len']}: prepare it with a smaller --max-seq-len", cfg.init_from)
     return config
 
 
@@ -169,6 +194,11 @@ def open_data(cfg: TrainConfig):
     tokenizer = Tokenizer.from_pretrained(data / "tokenizer")
     if cfg.tokenizer:
         check_tokenizer(data, Tokenizer.from_pretrained(cfg.tokenizer))
+    if cfg.init_from:  # continued pretraining keeps the model's tokenizer: the data must use it
+        own = Tokenizer.from_pretrained(cfg.init_from)
+        if own.fingerprint != train.manifest["tokenizer_fingerprint"]:
+            raise UserError(f"was prepared with another vocabulary ({train.manifest['tokenizer_fingerprint']}) than "
+                            f"--init-from's ({own.fingerprint}): prepare it with --tokenizer {cfg.init_from}", data)
     if cfg.objective == "mlm+nsp" and train.manifest.get("format") != "nsp":
         raise UserError(f"--objective mlm+nsp needs data prepared with sentence pairs (format nsp), "
                         f"this is {train.manifest.get('format')!r}: use --objective mlm", data)
