@@ -73,6 +73,7 @@ TT = "tokenizer train --input $corpus --vocab-size 60 --out tok"
 EM = "embed --model $tiny --input $text --pooling cls --out out.npy"
 FE = "features --model $tiny --input $text --out out.npz --layers -1"
 EV = "evaluate --model $tiny --task sst2 --data $dev"
+DI = "distill --teacher $tiny --task sst2 --student-preset teacher --train $train --dev $dev --out out --no-progress"
 SQ = "score --task squad --gold $squad --pred pred.json"
 IX = "index --model $tiny --input $text --out idx --no-progress"
 SE = "search --index $index 'a film'"
@@ -119,6 +120,18 @@ CASES = [
     Case(f"{FT} --eval-every 0", "argument --eval-every"),
     Case(f"{FT} --eval-every 2.5", "argument --eval-every"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
+    # distill
+    Case(f"{DI} --temperature 0", "argument --temperature"),
+    Case(DI.replace("teacher --train", "huge --train"), "argument --student-preset"),
+    Case(f"{DI} --student $tiny", "argument --student: not allowed with argument --student-preset"),
+    Case(DI.replace("--student-preset teacher", ""), "one of the arguments --student-preset --student is required"),
+    Case(DI.replace("--dev $dev", ""), "--dev is required for --task sst2"),
+    Case(f"{DI} --student-layers 0", "argument --student-layers"),
+    Case(f"{DI} --teacher-layers 0,1", "argument --teacher-layers"),
+    Case(f"{DI} --pooling cls", "--pooling applies to --task embedding only"),
+    Case(DI.replace("$train", "$train $dev"), "give --train one path"),
+    Case(DI, "out: holds a previous distillation result; pass --overwrite", {"out/distill.json": "{}"}),
+    Case(DI, "model has no trained BertForSequenceClassification head"),
     # pretrain
     Case(f"{PT} --lr -1", "argument --lr"),
     Case(f"{PT} --config-json '{{\"num_hidden_layers\": 0}}'", "--config-json: bad model config: num_hidden_layers"),

@@ -1,0 +1,142 @@
+"""`bertkit distill`: train a smaller student to imitate a teacher (DistilBERT-style).
+
+The teacher is a model `bertkit finetune` made (any sequence task: the student learns its softened
+outputs at a temperature plus the gold labels), any encoder (`--task embedding`: the student learns
+its mean-pooled sentence vectors from corpus sentences, scored on STS-B pairs), or an MLM model
+(`--task mlm` on a folder `bertkit prepare` made: soft targets on the masked tokens). A student as
+wide as the teacher also learns the direction of its last hidden states (cosine loss) and, unless
+it is given (`--student DIR`), starts from the teacher's every k-th layer.
+
+Writes into OUT what `bertkit finetune` writes (model/ in HF format with vocabulary, results.json,
+predictions, plots) plus distill.json (teacher and student dev scores, sizes, the layers copied);
+built under a temporary name, so a failed run leaves nothing; --overwrite replaces a previous result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertkit.cli.args import (
+    add_overwrite,
+    check_output_dir,
+    comma_ints,
+    device_name,
+    existing_file,
+    existing_path,
+    int_between,
+    model_dir,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
+from bertkit.errors import UserError
+
+RESULT_MARKERS = ("distill.json", "results.json", "model")
+
+
+def add_arguments(parser) -> None:
+    from bertkit.config import PRESETS
+    from bertkit.distill.run import SPECIAL_TASKS
+    from bertkit.finetune.registry import TASKS
+
+    a = parser.add_argument
+    a("--teacher", required=True, type=model_dir, help="teacher model directory (fine-tuned for --task)")
+    a("--task", required=True, choices=(*TASKS, *SPECIAL_TASKS),
+      help="the teacher's fine-tuning task; embedding (sentence vectors) or mlm (masked LM)")
+    student = parser.add_mutually_exclusive_group(required=True)
+    student.add_argument("--student-preset", choices=("teacher", *PRESETS),
+                         help="the student's shape: the teacher's own (then fewer layers) or a preset")
+    student.add_argument("--student", type=model_dir, help="a student model directory to start from")
+    a("--student-layers", type=positive_int, default=None,
+      help="student depth (default: a quarter of the teacher's, rounded up, for --student-preset teacher)")
+    a("--teacher-layers", type=comma_ints(low=1), default=None,
+      help="teacher layers (1 = first) the student's start from (default: every k-th, the top one last)")
+    a("--train", required=True, nargs="+", type=existing_path,
+      help="training file; embedding: corpus files or folders; mlm: a `bertkit prepare` folder")
+    a("--dev", type=existing_file, help="dev file (embedding: STS-B pairs; mlm: none, the data's val split)")
+    a("--out", required=True, help="output folder: model/, results.json, distill.json, predictions, plots")
+    add_overwrite(parser, "distillation result")
+    a("--temperature", type=positive_float, default=2.0, help="softmax temperature of the soft targets")
+    a("--soft-weight", type=nonnegative_float, default=1.0, help="weight of the soft-target loss (KL; MSE for regression)")
+    a("--hard-weight", type=nonnegative_float, default=1.0, help="weight of the gold-label loss")
+    a("--cosine-weight", type=nonnegative_float, default=1.0,
+      help="weight of the last-hidden-state cosine loss (equal widths only)")
+    a("--mse-weight", type=nonnegative_float, default=1.0, help="embedding: weight of the sentence-vector MSE")
+    a("--pooling", choices=("mean", "cls", "max"), default="mean", help="embedding: how tokens become a vector")
+    a("--epochs", type=positive_int, default=3, help="passes over the training set")
+    a("--lr", type=positive_float, default=1e-4, help="peak learning rate")
+    a("--batch-size", type=positive_int, default=32, help="training examples per step")
+    a("--warmup", type=nonnegative_float, default=0.1, help="warm-up: below 1 a fraction of the steps, else steps")
+    a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
+    a("--seed", type=int_between(0, 2**31 - 1), default=1, help="random seed (student init, batches, dropout)")
+    a("--max-seq-len", type=int_between(8, 512), default=None, help="tokens per input (default: the teacher's, or 128)")
+    a("--max-train-examples", type=positive_int, default=None,
+      help="train on a random subset of this many examples (fixed seed 0)")
+    a("--text-columns", help="classify/regress: text column(s); default: as the teacher was fine-tuned")
+    a("--label-column", help="classify/regress: label column; default: as the teacher was fine-tuned")
+    a("--group-by-length", action="store_true", help="batch inputs of similar length together (faster on CPU)")
+    a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast (weights stay fp32)")
+    a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    a("--eval-batch-size", type=positive_int, default=64, help="inputs per forward pass when evaluating")
+    a("--no-progress", action="store_true", help="no progress bar (log lines only)")
+
+
+def check(args) -> None:
+    """What needs several flags or the file system; every single flag was checked when parsed."""
+    if args.task != "embedding":
+        if len(args.train) != 1:
+            raise UserError(f"--task {args.task} trains on one {'folder' if args.task == 'mlm' else 'file'}: "
+                            "give --train one path")
+        train = Path(args.train[0])
+        if args.task == "mlm" and not train.is_dir():
+            raise UserError("is a file; --task mlm trains on a folder `bertkit prepare` made", train)
+        if args.task != "mlm" and not train.is_file():
+            raise UserError(f"is a folder; --task {args.task} trains on one file", train)
+    if args.dev is not None and args.task == "mlm":
+        raise UserError("--task mlm evaluates on the prepared folder's val split: drop --dev")
+    if args.dev is None and args.task != "mlm":
+        raise UserError(f"--dev is required for --task {args.task}")
+    if args.student_layers is not None and args.student:
+        raise UserError("--student-layers applies to --student-preset only (--student has its own depth)")
+    if args.teacher_layers is not None and args.student:
+        raise UserError("--teacher-layers applies to --student-preset only (--student has its own weights)")
+    if args.pooling != "mean" and args.task != "embedding":
+        raise UserError("--pooling applies to --task embedding only")
+    check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "distillation result")
+
+
+def job_from_args(args):
+    from bertkit.distill.losses import DistillWeights
+    from bertkit.distill.run import DistillJob
+    from bertkit.finetune.loop import Hyper
+
+    weights = DistillWeights(args.temperature, args.soft_weight, args.hard_weight, args.cosine_weight,
+                             args.mse_weight)
+    hp = Hyper(args.epochs, args.lr, args.batch_size, args.warmup, args.weight_decay, seeds=(args.seed,),
+               group_by_length=args.group_by_length)
+    columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
+    return DistillJob(
+        teacher=args.teacher, task=args.task, train=list(args.train), out=args.out, dev=args.dev,
+        student=args.student, student_preset=args.student_preset, student_layers=args.student_layers,
+        teacher_layers=args.teacher_layers, weights=weights, hyper=hp, max_seq_len=args.max_seq_len,
+        text_columns=columns, label_column=args.label_column, pooling=args.pooling,
+        max_train_examples=args.max_train_examples, device=args.device, precision=args.precision,
+        eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
+
+
+def run(args) -> int:
+    from bertkit.distill.run import run_distill
+
+    results = run_distill(job_from_args(args), log=lambda line: print(line, flush=True), args=dict(vars(args)))
+    d = results["distill"]
+    main = d["main_metric"]
+    teacher, student = d["teacher_dev"].get(main, float("nan")), d["student_dev"].get(main, float("nan"))
+    agreement = d["student_dev"].get("teacher_agreement")
+    print(f"done in {results['time_s']:.0f}s. dev {main}: teacher {teacher:.2f}, student {student:.2f} "
+          f"({100 * student / teacher:.1f}% kept)" + (f", agreement with the teacher {agreement:.2f}" if agreement
+                                                     is not None else ""))
+    print(f"  parameters: teacher {d['teacher_parameters']:,}, student {d['student_parameters']:,}; "
+          f"student from {d['student'].get('init') or d['student'].get('from')}"
+          + (f" layers {','.join(map(str, d['student']['teacher_layers']))}" if "teacher_layers" in d["student"] else ""))
+    print(f"saved the student to {args.out}/model; results in {args.out}/results.json and distill.json")
+    return 0
