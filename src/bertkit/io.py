@@ -179,6 +179,24 @@ def read_json(path: str | os.PathLike, what: str = "a JSON object"):
     return value
 
 
+def json_object(line: str, path: str | os.PathLike, number: int) -> dict:
+    """One JSONL line as a dict, or a UserError naming the file and line."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"not valid JSON ({e.msg})", path, number) from None
+    if not isinstance(value, dict):
+        raise UserError(f"expected a JSON object per line, found a {type(value).__name__}", path, number)
+    return value
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of a JSONL file (plain, .gz or .xz)."""
+    for number, line in enumerate(read_lines(path), start=1):
+        if line.strip():
+            yield number, json_object(line, path, number)
+
+
 def write_text(dest: str | os.PathLike, text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")

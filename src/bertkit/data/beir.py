@@ -24,16 +24,10 @@ from bertkit.errors import UserError
 
 
 def _jsonl(path: Path, what: str):
-    from bertkit.io import read_lines
+    from bertkit.io import read_jsonl
 
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"not a JSON object ({e.msg})", path, number) from None
-        if not isinstance(row, dict) or "_id" not in row or not isinstance(row.get("text"), str):
+    for number, row in read_jsonl(path):
+        if "_id" not in row or not isinstance(row.get("text"), str):
             raise UserError(f'expected a {what} object with "_id" and a "text" string', path, number)
         yield number, row
 

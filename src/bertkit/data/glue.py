@@ -15,14 +15,13 @@ examples, no header; regression scores as decimal numbers. The GLUE submission l
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.io import read_lines, write_text
+from bertkit.io import read_jsonl, read_lines, write_text
 
 
 @dataclass
@@ -174,16 +173,7 @@ def _table_format(path: Path) -> str:
 def _records(path: Path, fmt: str):
     """(line number, {column: value}) for every record of a TSV/CSV (with header) or JSONL."""
     if fmt == "jsonl":
-        for number, text in enumerate(read_lines(path), start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise UserError(f"not valid JSON ({e.msg})", path, number) from None
-            if not isinstance(record, dict):
-                raise UserError("expected a JSON object per line", path, number)
-            yield number, record
+        yield from read_jsonl(path)
         return
     lines = read_lines(path)
     if fmt == "csv":

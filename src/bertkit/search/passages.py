@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.io import json_object
 
 PASSAGES = "passages.jsonl"
 OFFSETS = "offsets.npy"
@@ -29,12 +30,7 @@ OFFSETS = "offsets.npy"
 def _json_passage(line: str, path: Path, number: int) -> tuple[str, str] | None:
     if not line.strip():
         return None
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UserError(f"not a JSON object ({e.msg})", path, number) from None
-    if not isinstance(row, dict):
-        raise UserError(f"expected a JSON object, found a {type(row).__name__}", path, number)
+    row = json_object(line, path, number)
     key = "_id" if "_id" in row else "id"
     if key not in row or not isinstance(row.get("text"), str):
         raise UserError('expected an object with "_id" (or "id") and a "text" string', path, number)
