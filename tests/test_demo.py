@@ -93,6 +93,7 @@ def test_pretraining_gets_what_the_budget_leaves():
     later = sum(plan.later_seconds(1000).values())
     assert plan.pretrain_seconds(30, 1000) == pytest.approx(600 - 30 - later)
     assert plan.pretrain_seconds(30, 2225) < plan.pretrain_seconds(30, 1000)  # more articles to probe, less pretraining
+    assert plan.pretrain_seconds(30, 1000, slowdown=3) < plan.pretrain_seconds(30, 1000)  # a busy machine
     assert DemoPlan(minutes=0.1).pretrain_seconds(30, 1000) == 6.0  # never below a few seconds
     assert choose_threads(3) == 3 and 1 <= choose_threads() <= 2
 
@@ -121,7 +122,7 @@ def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):
     rows = summary["label_budgets"]
     assert [r["per_topic"] for r in rows] == [4, 16, "all"] and rows[-1]["labelled_articles"] == 95
     assert all(list(r["accuracy"]) == models[1:] and 0 <= r["accuracy"]["random init"]["mean"] <= 100 for r in rows)
-    assert list(summary["stages"]) == ["corpus", "vocabulary", "prepare", "pretrain", "fill-mask", "senses",
+    assert list(summary["stages"]) == ["corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses",
                                        "labels", "summary"]
     assert all(t["seconds"] >= 0 and t["budget_seconds"] > 0 for t in summary["stages"].values())
     md = (out / "summary.md").read_text()
@@ -129,7 +130,7 @@ def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):
                  "Pretrained vs not", "Static vs contextual"):
         assert text in md, text
     assert "{" not in md and "%" in md  # numbers with units, never a raw JSON dict
-    assert "Static vs contextual" in screen and "| all (95 articles) |" in screen and "[7/8] labels" in screen
+    assert "Static vs contextual" in screen and "| all (95 articles) |" in screen and "[8/9] labels" in screen
 
 
 def test_demo_refuses_an_existing_run_folder(tmp_path, capsys):

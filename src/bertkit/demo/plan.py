@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# One-thread costs that size the stages after pretraining (seconds), measured on the 2-core machine.
+# One-thread costs that size the stages after pretraining (seconds), measured on the quiet 2-core
+# machine. `slowdown` scales them: the demo times MiniLM on a few articles before pretraining.
 MINILM_SECONDS_PER_ARTICLE = 0.05  # all-MiniLM-L6-v2 at 128 tokens: ~20 articles/s
 SMALL_SECONDS_PER_ARTICLE = 0.006  # the demo's shape (tiny preset), pretrained and random: two passes
-FIXED_SECONDS = {"fill-mask": 5.0, "senses": 15.0, "labels": 10.0, "summary": 3.0}
+WORD2VEC_SECONDS_PER_ARTICLE = 0.008  # skip-gram, 5 epochs, on the training articles
+FIXED_SECONDS = {"fill-mask": 5.0, "senses": 10.0, "labels": 10.0, "summary": 3.0}
 
 
 @dataclass
@@ -44,17 +46,18 @@ class DemoPlan:
     threads: int | None = None  # None: choose_threads()
     seed: int = 0
 
-    def later_seconds(self, articles: int) -> dict[str, float]:
-        """Planned seconds of each stage after pretraining, for `articles` articles in all."""
+    def later_seconds(self, articles: int, slowdown: float = 1.0) -> dict[str, float]:
+        """Planned seconds of each stage after pretraining, for `articles` articles in all, on a
+        machine `slowdown` times slower than the quiet one."""
         encode = articles * (MINILM_SECONDS_PER_ARTICLE + SMALL_SECONDS_PER_ARTICLE)
         return {"fill-mask": FIXED_SECONDS["fill-mask"],
-                "senses": FIXED_SECONDS["senses"] + articles * 0.004,  # Word2Vec on the training articles
-                "labels": FIXED_SECONDS["labels"] + encode,
+                "senses": FIXED_SECONDS["senses"] + slowdown * articles * WORD2VEC_SECONDS_PER_ARTICLE,
+                "labels": FIXED_SECONDS["labels"] + slowdown * encode,
                 "summary": FIXED_SECONDS["summary"]}
 
-    def pretrain_seconds(self, elapsed: float, articles: int) -> float:
+    def pretrain_seconds(self, elapsed: float, articles: int, slowdown: float = 1.0) -> float:
         """What the budget leaves for pretraining once `elapsed` seconds are spent (at least 6 s)."""
-        left = self.minutes * 60 - elapsed - sum(self.later_seconds(articles).values())
+        left = self.minutes * 60 - elapsed - sum(self.later_seconds(articles, slowdown).values())
         return max(6.0, left)
 
 

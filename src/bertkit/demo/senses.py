@@ -162,5 +162,7 @@ def compare_senses(encoders: dict, w2v) -> dict:
             "labels": [f"{i + 1} {sense}: {snippet(s, word)}" for i, (s, sense) in enumerate(zip(sentences, senses))],
             "sentences": sentences,
             "models": {name: {**separation(sim, senses), "cosine": sim.round(4).tolist()} for name, sim in models.items()},
+            # the one static vector sits among the words of the sense the training articles use most
+            "word2vec_nearest": [w for w, _ in w2v.wv.most_similar(word, topn=6)] if static is not None else [],
         }
     return out

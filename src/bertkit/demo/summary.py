@@ -72,7 +72,9 @@ def _senses_verdicts(senses: dict) -> list[str]:
         floor = models.get("random init", {}).get("separation")
         parts = []
         if "Word2Vec" in models:
-            parts.append(f"Word2Vec gives one vector for every occurrence (separation {models['Word2Vec']['separation']:+.3f})")
+            near = ", ".join(block.get("word2vec_nearest", []))
+            parts.append(f"Word2Vec gives one vector for every occurrence (separation {models['Word2Vec']['separation']:+.3f}; "
+                         f"its nearest words: {near})")
         for name, m in models.items():
             if name not in ("Word2Vec", "random init") and floor is not None:
                 parts.append(f"{name} {m['separation']:+.3f} against the random floor's {floor:+.3f}")
