@@ -54,6 +54,7 @@ def plot_label_budgets(rows: list[dict], path: Path) -> None:
         ax.plot(xs, [c["mean"] for c in cells], marker="o", label=name)
         ax.fill_between(xs, [c["min"] for c in cells], [c["max"] for c in cells], alpha=0.15)
     ax.set_xscale("log")
+    ax.minorticks_off()
     ax.set_xticks(xs, [str(r["per_topic"]) if r["per_topic"] != "all" else f"all ({x:.0f})" for r, x in zip(rows, xs)])
     ax.set_xlabel("labelled training articles per topic (log scale)")
     ax.set_ylabel("held-out topic accuracy (%)")

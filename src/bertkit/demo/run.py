@@ -119,7 +119,7 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     with clock.stage("prepare", 20, f"MLM + NSP instances of {plan.max_seq_len} tokens"):
         pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
     with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
-        slowdown = _slowdown([t for _, _, t in train[:32]], plan.probe_max_len)
+        slowdown = _slowdown([t for _, _, t in train[:16]], plan.probe_max_len)
     later = plan.later_seconds(len(articles), slowdown)
     seconds = plan.pretrain_seconds(clock.elapsed(), len(articles), slowdown)
     with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset with MLM + NSP"):
