@@ -12,7 +12,7 @@ import pytest
 from bertkit.cli import main
 from bertkit.demo.labels import budget_draws, label_budget_table, probe_accuracy
 from bertkit.demo.plan import DemoPlan, choose_threads
-from bertkit.demo.senses import SENSES, separation, snippet
+from bertkit.demo.senses import SENSES, occurrences, separation, snippet
 
 # Four occurrences, senses a a b b; occurrence 3 is closer to 0 (other sense) than to 2.
 SIM = np.array([[1.0, 0.9, 0.2, 0.9],
@@ -37,14 +37,26 @@ def test_identical_vectors_give_no_separation_and_chance_neighbours():
     assert got["neighbours_same_sense"] == pytest.approx(2 / 5)  # chance: 2 of the 5 others share the sense
 
 
-def test_sense_sentences_move_the_word_and_label_it():
-    for word, senses in SENSES.items():
-        for sentences in senses.values():
-            positions = {s.lower().split().index(next(w for w in s.lower().split() if w.strip(",.") == word))
-                         for s in sentences}
-            assert len(positions) == len(sentences), (word, positions)  # never the same position twice
+def test_sense_sentences_put_the_word_at_a_new_position_each_time():
+    for word in SENSES:
+        sentences, _ = occurrences(word)
+        positions = [[w.lower().strip(",.") for w in s.split()].index(word) for s in sentences]
+        assert len(set(positions)) == len(sentences), (word, positions)
     assert snippet("He appeared in court charged with fraud.", "court") == "...appeared in court charged with..."
     assert snippet("They walked along the river bank.", "bank") == "...the river bank"
+
+
+def test_sense_sentences_differ_in_token_position_for_minilm(minilm_dir):
+    from bertkit.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+    for word in SENSES:
+        sentences, _ = occurrences(word)
+        first = []
+        for s in sentences:
+            start = s.lower().index(word)
+            first.append(next(i for i, (a, b) in enumerate(tokenizer.encode(s).offsets) if a == start and b > a))
+        assert len(set(first)) == len(sentences), (word, first)
 
 
 def _clusters(rng, n_per_class, informative: bool):

@@ -1,8 +1,9 @@
 """Static vs contextual word vectors: one word, two senses, four models.
 
 For "court" (law vs tennis) and "bank" (money vs river), sentences written for this demo put the
-word at different token positions within each sense, so that a model which only encodes position
-cannot look as if it separated meanings. Each occurrence gets a vector from:
+word at a different token position in every sentence, so that a model which only encodes position
+cannot look as if it separated meanings (the demo's first sentences had "court" at the same index in
+both senses, and a random model gave those two occurrences cosine 0.9995). Each occurrence gets a vector from:
 - Word2Vec (gensim), trained in seconds on the demo's training articles: one vector per word, the
   same in every sentence, so no separation by construction;
 - a randomly initialised model of the demo's shape: the floor, what token identity and position
@@ -23,32 +24,32 @@ SENSES = {
         "law": [
             "Court papers show that the judge rejected the appeal against his conviction.",
             "The judge told the court that the trial would resume on Monday.",
-            "After hearing the evidence of three witnesses, the jury told the court it had reached a guilty verdict.",
-            "The former minister's lawyers will appeal against his conviction for fraud in the high court.",
-            "He appeared in court charged with fraud.",
+            "After hearing the evidence of three witnesses, the court ruled that the contract was void.",
+            "Lawyers for the former minister, who denies the fraud charges, told the court he would appeal.",
+            "The businessman was found guilty of fraud on Friday and will be sentenced next month at the crown court.",
         ],
         "tennis": [
-            "Court time at the tennis club is booked for the doubles match and the racket practice.",
-            "She served an ace and walked back to the baseline of the court.",
-            "The players left the court after the second set.",
+            "On the court, Nadal broke serve twice in the final set.",
+            "The players walked slowly off the court after the second set.",
             "Federer hit a forehand deep into the corner of the court before the umpire called it out.",
-            "On the centre court, Nadal broke serve twice in the final set.",
+            "She served an ace down the middle and then walked back to the baseline of the court.",
+            "After losing the first set and arguing with the umpire about a line call, he smashed his racket on the court.",
         ],
     },
     "bank": {
         "money": [
             "Bank profits rose as lending, deposits and mortgage fees all grew.",
-            "The central bank raised interest rates by a quarter point.",
-            "Shares in the bank fell after it reported a loss on bad loans.",
-            "She took out a loan from the bank to buy her first house.",
+            "Last week the central bank raised interest rates by a quarter point.",
+            "She took out a large mortgage from the bank to buy her first house.",
             "Customers queued to withdraw their savings as rumours spread about the bank.",
+            "Shares fell sharply on Monday after the accounts showed large losses on bad loans at the bank.",
         ],
         "river": [
-            "Bank voles and otters live among the reeds where the river bends.",
-            "They walked along the bank of the river at dusk.",
-            "Fishermen sat on the muddy bank waiting for the tide to turn.",
-            "The boat drifted towards the far bank of the stream.",
-            "Reeds and willow trees grew thickly on the river bank.",
+            "On the bank of the river, otters play among the reeds.",
+            "Fishermen sat quietly on the muddy bank waiting for the tide to turn.",
+            "The small boat drifted with the current towards the far bank of the stream.",
+            "They walked along the river path at dusk and sat down on the grassy bank.",
+            "Reeds and willow trees grew thickly where the water had flooded the low fields beside the old river bank.",
         ],
     },
 }
