@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from bertkit.pretrain.setup import (
     check_resume,
     check_run_dir,
     clear_run_dir,
+    data_note,
     model_config,
     open_data,
     run_record,
@@ -218,6 +220,9 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
             began = f"starting fresh (--resume found no checkpoint in {cfg.out})" if cfg.resume else "starting"
             if cfg.init_from:
                 print(init_report(cfg.init_from, model.load_report), flush=True)
+        note = data_note(cfg, train.manifest)
+        if note:
+            print(note, file=sys.stderr, flush=True)
         print(f"{began}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
               f"sequences, {d.world_size} process(es) on {device}", flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
