@@ -54,6 +54,21 @@ def test_time_schedule_refuses_a_meaningless_budget_or_warmup(budget, warmup):
         lr_at_time(1, budget, warmup, PEAK)
 
 
+def test_the_loop_takes_the_lr_at_the_steps_expected_end_and_stops_before_overrunning():
+    from bertkit.pretrain.loop import _Loop
+
+    loop = object.__new__(_Loop)  # only the schedule's state: no model or data needed
+    loop.cfg = TrainConfig(data="d", out="o", recipe="budget", minutes=1)
+    loop.budget, loop.step_s, loop.total, loop.warmup = 60.0, 2.0, None, loop.cfg.warmup
+    warmup, peak = loop.cfg.warmup, loop.cfg.lr
+    assert loop.lr(0, 30.0) == pytest.approx(lr_at_time(32.0, 60.0, warmup, peak))
+    assert not loop.done(0, 57.9)  # a 2 s step still ends before 60 s
+    assert loop.done(0, 58.1)  # it would not: stop now, at lr ~0
+    paper = TrainConfig(data="d", out="o", minutes=1)  # the paper recipe keeps its own rule: stop at the budget
+    loop.cfg = paper
+    assert not loop.done(0, 58.1) and loop.done(0, 60.0)
+
+
 # ---- recipe resolution ----
 def test_the_paper_recipe_is_the_previous_default():
     cfg = TrainConfig(data="d", out="o")
