@@ -279,6 +279,7 @@ CASES = [
     Case("demo --minutes 0", "argument --minutes"),
     Case("demo --out demo", "demo: run folder exists already", {"demo/notes.txt": "mine"}),
     Case("demo --preset huge", "argument --preset"),
+    Case("demo --threads 0", "argument --threads"),
     Case("bench --repeats 0", "argument --repeats"),
     Case("bench --json b.json", "b.json: exists; pass --overwrite", {"b.json": "[]"}),
     # ablate
