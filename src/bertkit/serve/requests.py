@@ -75,7 +75,7 @@ def parse_json(body: bytes) -> dict:
     if not body.strip():
         raise ApiError(422, "empty body: expected a JSON object")
     try:
-        value = json.loads(body)
+        value = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise ApiError(422, "body is not UTF-8 JSON") from None
     except json.JSONDecodeError as e:
