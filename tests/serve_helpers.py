@@ -31,7 +31,11 @@ def _save(head, config, tokenizer, folder: Path, seed: int, bias: dict | None = 
 def make_model_dirs(tiny_dir: Path, root: Path) -> dict[str, Path]:
     """name -> directory: mlm (conftest's tiny MLM+NSP model), cls, rank, ner, tags (always B-PER), qa."""
     from bertkit import BertConfig, Tokenizer
-    from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+    from bertkit.heads import (
+        BertForQuestionAnswering,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+    )
     from bertkit.hf import load_config
 
     tok = Tokenizer.from_pretrained(tiny_dir)

@@ -17,14 +17,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
 import pytest
+from serve_helpers import gated, make_model_dirs, serving
 
 from bertkit.serve.batcher import Batcher, Job, Row, take_batch
 from bertkit.serve.requests import Limits
-from serve_helpers import gated, make_model_dirs, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["the movie was good .", "a film", "john was in paris river .", "the plot was very dull and the cast was weak ."]
@@ -197,16 +198,13 @@ def test_ner_entities_carry_character_offsets(url):
     many = post(url, "/ner", {"model": "ner", "inputs": [text, "mary"]}).json()
     assert len(many) == 2 and all(e["word"] == text[e["start"]:e["end"]] for e in many[0])
 
-    class Spec:
-        labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-
-    class Encoding:  # [CLS] new york is nice [SEP]; "york" in two pieces
-        word_ids = [None, 0, 1, 1, 2, 3, None]
-        offsets = [(0, 0), (0, 3), (4, 6), (6, 8), (9, 11), (12, 16), (0, 0)]
+    spec = SimpleNamespace(labels=NER)
+    encoding = SimpleNamespace(word_ids=[None, 0, 1, 1, 2, 3, None],  # [CLS] new york is nice [SEP]: "york" in 2 pieces
+                               offsets=[(0, 0), (0, 3), (4, 6), (6, 8), (9, 11), (12, 16), (0, 0)])
 
     tags = [0, 3, 4, 0, 0, 2, 0]  # O B-LOC I-LOC (second piece ignored) O I-PER O
     logits = np.eye(5)[tags] * 10
-    found = entities(Spec, "new york is nice", Encoding, logits)
+    found = entities(spec, "new york is nice", encoding, logits)
     assert [(e["entity"], e["word"]) for e in found] == [("LOC", "new york"), ("PER", "nice")]
 
 
