@@ -77,6 +77,7 @@ DI = "distill --teacher $tiny --task sst2 --student-preset teacher --train $trai
 SQ = "score --task squad --gold $squad --pred pred.json"
 IX = "index --model $tiny --input $text --out idx --no-progress"
 SE = "search --index $index 'a film'"
+SV = "serve --model $tiny --port 0"
 DUPS = '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'
 
 CASES = [
@@ -275,6 +276,21 @@ CASES = [
     Case("info m", "m/config.json: bad model config: expected a JSON object", {"m/config.json": "[1,2,3]"}),
     Case("info m", "m/config.json: not valid JSON", {"m/config.json": "{"}),
     Case("info $evil", "pytorch_model.bin: cannot read weights safely"),
+    # serve: every mistake is found before the port opens
+    Case("serve --port 0", "required: --model"),
+    Case(f"{SV} --port 70000", "argument --port"),
+    Case("serve --model nowhere --port 0", "argument --model: nowhere: no such"),
+    Case("serve --model 'a b=x' --port 0", "argument --model: expected NAME=DIR or DIR"),
+    Case("serve --model a=$tiny --model a=$tiny --port 0", "--model: name 'a' given twice"),
+    Case("serve --model $evil --port 0", "pytorch_model.bin: cannot read weights safely"),
+    Case(f"{SV} --max-batch-tokens 0", "argument --max-batch-tokens"),
+    Case(f"{SV} --max-queue x", "argument --max-queue"),
+    Case(f"{SV} --max-body-bytes 10", "argument --max-body-bytes"),
+    Case(f"{SV} --body-timeout 0", "argument --body-timeout"),
+    Case(f"{SV} --backend tpu", "argument --backend"),
+    Case(f"{SV} --api-key ''", "--api-key (or $BERTKIT_API_KEY) is empty"),
+    Case(f"{SV} --host ''", "--host is empty"),
+    Case(f"{SV} --host 203.0.113.7", "cannot listen on 203.0.113.7:0"),
     # demo, bench
     Case("demo --minutes 0", "argument --minutes"),
     Case("demo --out demo", "demo: run folder exists already", {"demo/notes.txt": "mine"}),
