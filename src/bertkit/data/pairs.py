@@ -9,6 +9,7 @@ line is an object with the same keys; `negatives` may also be a list of strings.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ def _score(value, path: Path, number: int) -> float | None:
         score = float(value)
     except (TypeError, ValueError):
         raise UserError(f"score {value!r} is not a number", path, number) from None
-    if score != score or score in (float("inf"), float("-inf")):
+    if not math.isfinite(score):
         raise UserError(f"score {value!r} is not a finite number", path, number)
     return score
 

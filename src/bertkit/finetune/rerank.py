@@ -105,7 +105,7 @@ class RerankTask(HeadTask):
         for row, logits in enumerate(predictions):
             ids = _ids(len(logits))
             rankings[str(row)] = [ids[j] for j in sorted(range(len(ids)), key=lambda j: (-logits[j], ids[j]))]
-        return retrieval_metrics(rankings, dict.fromkeys(rankings, {"p"}), {"ndcg": (10,), "mrr": (10,)})
+        return retrieval_metrics(rankings, {row: {"p"} for row in rankings}, {"ndcg": (10,), "mrr": (10,)})
 
     def write_predictions(self, path: Path, data: Prepared, predictions: list[list[float]]) -> None:
         from bertkit.io import write_text
