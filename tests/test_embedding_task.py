@@ -17,7 +17,7 @@ from bertkit.data.pairs import PairRow, read_pair_rows
 from bertkit.finetune.contrastive import cosent_loss, in_batch_loss, matryoshka
 from bertkit.finetune.embedding import EmbeddingTask, no_duplicate_batches
 from bertkit.finetune.rerank import RerankTask, listwise_loss
-from finetune_helpers import BAD, GOOD, NOUNS, run_cli
+from finetune_helpers import BAD, GOOD, NOUNS, assert_same_metrics, evaluate, run_cli
 
 
 def _max_diff(a, b) -> float:
@@ -180,7 +180,7 @@ def test_sentence_transformers_pools_as_the_saved_files_say(tiny_dir, tmp_path, 
 
 
 @pytest.mark.parametrize("loss", ["bce", "listwise"])
-def test_reranker_loads_in_cross_encoder_and_scores_identically(tiny_dir, rerank_rows, tmp_path, loss):
+def test_reranker_loads_in_cross_encoder_and_scores_identically(tiny_dir, rerank_rows, tmp_path, loss, capsys):
     st = pytest.importorskip("sentence_transformers")
     from bertkit.search.rerank import Reranker
 
@@ -191,9 +191,11 @@ def test_reranker_loads_in_cross_encoder_and_scores_identically(tiny_dir, rerank
     assert run_cli("finetune", "--model", tiny_dir, "--task", "rerank", "--train", rows, "--dev", rows, "--out", out,
                    "--epochs", "30", "--batch-size", "13", "--lr", "1e-2", "--warmup", "0", "--seeds", "1",
                    "--no-progress", "--loss", loss, *extra) == 0
-    seed = json.loads((out / "results.json").read_text())["seeds"][0]
+    results = json.loads((out / "results.json").read_text())
+    seed = results["seeds"][0]
     assert np.mean(seed["train_loss"][-5:]) < 0.5 * np.mean(seed["train_loss"][:5]), seed["train_loss"]
     assert seed["dev"]["mrr@10"] == 1.0
+    assert_same_metrics(results, evaluate(capsys, out / "model", "rerank", rows))
     query, passages = pair_rows[0].anchor, [t for r in pair_rows for t in r.texts[1:]]
     hits = Reranker(out / "model").rerank(query, [{"id": str(i), "text": p, "score": 0.0} for i, p in enumerate(passages)])
     ours = [h["rerank_score"] for h in sorted(hits, key=lambda h: int(h["id"]))]
@@ -210,3 +212,16 @@ def test_rerank_task_scores_ties_against_the_positive(tiny_dir, pair_rows):
     data = task.prepare(pair_rows)
     assert task.score(data, [[0.0, 0.0]] * len(pair_rows))["mrr@10"] == 0.5
     assert task.score(data, [[1.0, 0.0]] * len(pair_rows))["mrr@10"] == 1.0
+
+
+def test_scored_rows_train_with_cosent_and_evaluate_reproduces_the_dev_scores(tiny_dir, tmp_path, capsys):
+    from finetune_helpers import finetune, write_stsb
+
+    write_stsb(tmp_path / "train.tsv", 24, 0)  # GLUE's STS-B layout: sentence1, sentence2, score
+    write_stsb(tmp_path / "dev.tsv", 12, 1)
+    results = finetune(tiny_dir, tmp_path / "out", "embedding", tmp_path / "train.tsv", tmp_path / "dev.tsv",
+                       "--pooling", "mean")
+    assert results["main_metric"] == "spearman" and "pearson" in results["seeds"][0]["dev"]
+    settings = json.loads((tmp_path / "out" / "model" / "finetune.json").read_text())
+    assert settings["loss"] == "cosent" and settings["pooling"] == "mean"
+    assert_same_metrics(results, evaluate(capsys, tmp_path / "out" / "model", "embedding", tmp_path / "dev.tsv"))
