@@ -67,6 +67,9 @@ SST2_BAD_ROW = "sentence\tlabel\nonly one column\n"
 BAD_CONFIG = {"m/config.json": json.dumps({**TINY, "vocab_size": 99, "hidden_size": "128"})}
 
 FT = "finetune --model $tiny --task sst2 --train $train --dev $dev --out out --seeds 1 --epochs 1 --no-progress"
+EMB = ("finetune --model $tiny --task embedding --train $pairs --dev $pairs --out out --seeds 1 --epochs 1 "
+       "--no-progress")
+RR = EMB.replace("embedding", "rerank")
 PT = "pretrain --data $data --out run $tiny_flags --steps 2 --eval-samples 0"
 PR = "prepare --input $corpus --tokenizer $tok --out data --workers 1"
 TT = "tokenizer train --input $corpus --vocab-size 60 --out tok"
@@ -122,6 +125,26 @@ CASES = [
     Case(f"{FT} --eval-every 0", "argument --eval-every"),
     Case(f"{FT} --eval-every 2.5", "argument --eval-every"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
+    # finetune --task embedding / rerank
+    Case(f"{FT} --pooling mean", "--pooling applies to --task embedding only"),
+    Case(f"{FT} --grad-cache 4", "--grad-cache applies to --task embedding only"),
+    Case(f"{FT} --loss bce", "--loss bce applies to --task rerank only"),
+    Case(f"{EMB} --loss listwise", "--loss listwise applies to --task rerank only"),
+    Case(f"{EMB} --symmetric --loss cosent", "--symmetric applies to the contrastive loss, not cosent"),
+    Case(f"{RR} --loss listwise --pos-weight 3", "--pos-weight applies to --task rerank with --loss bce only"),
+    Case(f"{EMB} --temperature 0", "argument --temperature"),
+    Case(f"{EMB} --grad-cache 0", "argument --grad-cache"),
+    Case(f"{EMB} --matryoshka-dims 8,x", "argument --matryoshka-dims"),
+    Case(f"{EMB} --matryoshka-dims 64", "--matryoshka-dims 64 exceeds the model's width 32"),
+    Case(f"{EMB} --classifier-dropout 0.2", "--classifier-dropout applies to"),
+    Case(f"{EMB} --loss cosent", "--loss cosent needs a score on every training row"),
+    Case(EMB.replace("$pairs", "$train"), "train.tsv:1: the header names no anchor / query / sentence1 column"),
+    Case(RR.replace("--dev $pairs", "--dev d.tsv"), "rerank evaluation rows need negatives",
+         {"d.tsv": "query\tpositive\nq\tp\n"}),
+    Case(EMB.replace("$pairs", "p.jsonl"), 'p.jsonl:1: expected an object with "anchor" and "positive"',
+         {"p.jsonl": '{"anchor": "x"}\n'}),
+    Case(EMB.replace("$pairs", "s.tsv"), "s.tsv:2: score 'x' is not a number",
+         {"s.tsv": "anchor\tpositive\tscore\na\tb\tx\n"}),
     # distill
     Case(f"{DI} --temperature 0", "argument --temperature"),
     Case(DI.replace("teacher --train", "huge --train"), "argument --student-preset"),
@@ -348,6 +371,8 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
     write_conll(root / "gold.conll", 3, 0)
     write_squad(root / "squad.json", 1, 0)
     (root / "sentences.txt").write_text("the movie was good .\na film\n", encoding="utf-8")
+    (root / "pairs.tsv").write_text("anchor\tpositive\tnegative\na film\tthe movie\tparis\nberlin\ta city\tjohn\n",
+                                    encoding="utf-8")
     evil = root / "evil"
     shutil.copytree(tiny_dir, evil)
     (evil / "model.safetensors").unlink()
@@ -363,7 +388,7 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
             "conll": str(root / "gold.conll"), "squad": str(root / "squad.json"), "text": str(root / "sentences.txt"),
             "data": str(data), "packed": str(pretraining_data / "packed"), "tok": str(pretraining_data / "tok"),
             "corpus": str(pretraining_data / "corpus.txt"), "run": str(run), "tiny_flags": tiny_flags,
-            "index": str(root / "index"), "onnx": str(root / "onnx")}
+            "index": str(root / "index"), "onnx": str(root / "onnx"), "pairs": str(root / "pairs.tsv")}
 
 
 def snapshot(folder: Path) -> dict[str, str]:
