@@ -34,7 +34,6 @@ class DemoPlan:
     # tiny (2 layers, hidden 128) sees ~25x more text than mini in the same CPU minutes, which
     # matters more than depth on a 1M-word corpus.
     preset: str = "tiny"
-    pretrain_lr: float = 1e-3
     test_fraction: float = 0.2
     articles_per_topic: int | None = None  # a smaller demo (tests); None takes every article
     # Labelled training articles per topic for the frozen-feature probe; every training article
