@@ -80,6 +80,8 @@ DI = "distill --teacher $tiny --task sst2 --student-preset teacher --train $trai
 SQ = "score --task squad --gold $squad --pred pred.json"
 IX = "index --model $tiny --input $text --out idx --no-progress"
 SE = "search --index $index 'a film'"
+SV = "serve --model $tiny --port 0"
+EX = "export --model $tiny --format onnx --out ex"
 DUPS = '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'
 
 CASES = [
@@ -164,6 +166,9 @@ CASES = [
     Case(f"{PT} --config-json '{{\"hidden_size\": \"128\"}}'", "--config-json: bad model config: hidden_size"),
     Case(f"{PT} --config-json nope.json", "argument --config-json: neither a JSON object nor a file"),
     Case(f"{PT} --steps 0", "argument --steps"),
+    Case(f"{PT} --recipe fast", "argument --recipe: invalid choice: 'fast'"),
+    Case(f"{PT} --dropout 1", "argument --dropout: must be in [0, 1)"),
+    Case(f"{PT} --resume --recipe budget", "recipe 'paper' -> 'budget'", copy=("run",)),
     Case(f"{PT} --minutes 1", "argument --minutes: not allowed with argument --steps"),
     Case(f"{PT} --mask-rate 1.5", "argument --mask-rate"),
     Case(f"{PT} --mask-rule 50/50", "argument --mask-rule"),
@@ -295,10 +300,48 @@ CASES = [
     Case("info m", "m/config.json: bad model config: expected a JSON object", {"m/config.json": "[1,2,3]"}),
     Case("info m", "m/config.json: not valid JSON", {"m/config.json": "{"}),
     Case("info $evil", "pytorch_model.bin: cannot read weights safely"),
+    # serve: every mistake is found before the port opens
+    Case("serve --port 0", "required: --model"),
+    Case(f"{SV} --port 70000", "argument --port"),
+    Case("serve --model nowhere --port 0", "argument --model: nowhere: no such"),
+    Case("serve --model 'a b=x' --port 0", "argument --model: expected NAME=DIR or DIR"),
+    Case("serve --model a=$tiny --model a=$tiny --port 0", "--model: name 'a' given twice"),
+    Case("serve --model $evil --port 0", "pytorch_model.bin: cannot read weights safely"),
+    Case(f"{SV} --max-batch-tokens 0", "argument --max-batch-tokens"),
+    Case(f"{SV} --max-queue x", "argument --max-queue"),
+    Case(f"{SV} --max-body-bytes 10", "argument --max-body-bytes"),
+    Case(f"{SV} --body-timeout 0", "argument --body-timeout"),
+    Case(f"{SV} --backend tpu", "argument --backend"),
+    Case(f"{SV} --api-key ''", "--api-key (or $BERTKIT_API_KEY) is empty"),
+    Case(f"{SV} --host ''", "--host is empty"),
+    Case(f"{SV} --host 203.0.113.7", "cannot listen on 203.0.113.7:0"),
+    # export, --backend onnx
+    Case(EX.replace("onnx", "tflite"), "argument --format"),
+    Case(EX.replace("--format onnx", ""), "required: --format"),
+    Case(f"{EX} --tolerance 0", "argument --tolerance"),
+    Case(f"{EX} --tolerance x", "argument --tolerance"),
+    Case(f"{EX} --graph head --pooling cls", "--pooling and --normalize apply to the embedding graph"),
+    Case(f"{EX} --graph tree", "argument --graph"),
+    Case(EX, "ex: holds a previous export; pass --overwrite", {"ex/onnx.json": "{}"}),
+    Case(f"{EX} --overwrite", "ex: is a folder of other files", {"ex/notes.txt": "mine"}),
+    Case(EX.replace("$tiny", "nowhere"), "argument --model: nowhere: no such model directory"),
+    Case(EX.replace("$tiny", "m") + " --graph head", "config.json names no BertFor... head",
+         {"m/config.json": json.dumps({**TINY, "vocab_size": 99}), "m/vocab.txt": "[PAD]\n"}),
+    Case(f"{EM} --backend onnx", "no onnx.json: --backend onnx runs a folder made by `bertkit export"),
+    Case(f"{EM} --backend tf", "argument --backend"),
+    Case(EM.replace("$tiny", "$onnx"), "an ONNX export without torch weights: add --backend onnx"),
+    Case(f"{EM.replace('$tiny', '$onnx')} --backend onnx --layers -2", "--backend onnx gives the last layer only"),
+    Case(f"{EM.replace('$tiny', '$onnx')} --backend onnx --device cuda", "--backend onnx runs on the CPU"),
+    Case(f"{EM.replace('$tiny', '$onnx')} --backend onnx --int8", "exported without --int8"),
+    Case(f"{EV} --backend onnx", "no onnx.json: --backend onnx runs a folder"),
+    Case(f"{EV.replace('$tiny', '$onnx')} --backend onnx --precision bf16", "--backend onnx runs on the CPU in fp32"),
+    Case(f"{EV.replace('$tiny', '$onnx')} --backend onnx --max-seq-len 32",
+         "the exported graph is a BertForPreTraining, not a BertForSequenceClassification"),
     # demo, bench
     Case("demo --minutes 0", "argument --minutes"),
     Case("demo --out demo", "demo: run folder exists already", {"demo/notes.txt": "mine"}),
     Case("demo --preset huge", "argument --preset"),
+    Case("demo --threads 0", "argument --threads"),
     Case("bench --repeats 0", "argument --repeats"),
     Case("bench --json b.json", "b.json: exists; pass --overwrite", {"b.json": "[]"}),
     # ablate
@@ -339,12 +382,13 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
     assert main(tiny_args(data, run, "--steps", "2", "--save-every", "1", "--eval-samples", "0")) == 0
     assert main(["index", "--model", str(tiny_dir), "--input", str(root / "sentences.txt"), "--out",
                  str(root / "index"), "--no-progress"]) == 0
+    assert main(["export", "--model", str(tiny_dir), "--format", "onnx", "--out", str(root / "onnx")]) == 0
     tiny_flags = shlex.join(tiny_args(data, run)[5:])  # --preset tiny --batch-size 13 --lr ... --config-json ...
     return {"tiny": str(tiny_dir), "evil": str(evil), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
             "conll": str(root / "gold.conll"), "squad": str(root / "squad.json"), "text": str(root / "sentences.txt"),
             "data": str(data), "packed": str(pretraining_data / "packed"), "tok": str(pretraining_data / "tok"),
             "corpus": str(pretraining_data / "corpus.txt"), "run": str(run), "tiny_flags": tiny_flags,
-            "index": str(root / "index"), "pairs": str(root / "pairs.tsv")}
+            "index": str(root / "index"), "onnx": str(root / "onnx"), "pairs": str(root / "pairs.tsv")}
 
 
 def snapshot(folder: Path) -> dict[str, str]:

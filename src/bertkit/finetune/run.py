@@ -106,15 +106,24 @@ def _job_dict(job: FinetuneJob) -> dict:
     return d
 
 
-def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, int8: bool = False):
-    """(metrics, prepared data, predictions) of a fine-tuned model on a file; `int8` quantizes it (CPU)."""
+def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, int8: bool = False,
+                   backend: str = "torch"):
+    """(metrics, prepared data, predictions) of a fine-tuned model on a file; `int8` quantizes it (CPU);
+    `backend` "onnx" runs the folder's exported graph (`bertkit export`) in ONNX Runtime instead."""
     from bertkit.hf import load_config
 
     check_length(task, load_config(model_dir), Path(model_dir))
+    if backend == "onnx" and not hasattr(task, "head"):
+        raise UserError("--backend onnx runs the BERT-head tasks; this model is feature-based", model_dir)
     examples = task.read(data_path)
     data = task.prepare(examples)
-    model = task.load_model(Path(model_dir)).to(rt.device)
-    if int8:
+    if backend == "onnx":
+        from bertkit.export.backend import load_onnx_head
+
+        model = load_onnx_head(model_dir, task.head, task.labels, int8)
+    else:
+        model = task.load_model(Path(model_dir)).to(rt.device)
+    if int8 and backend == "torch":
         from bertkit.quantize import quantize_int8
 
         model = quantize_int8(model, inplace=True)

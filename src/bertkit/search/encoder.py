@@ -62,11 +62,13 @@ class Encoder:
 
     @classmethod
     def load(cls, model_dir: str | os.PathLike, pooling: str | None = None, max_length: int | None = None,
-             batch_size: int = 32, device: str = "cpu") -> Encoder:
-        from bertkit.embed import load_encoder
+             batch_size: int = 32, device: str = "cpu", backend: str = "torch", int8: bool = False) -> Encoder:
+        """`backend` "onnx": a `bertkit export` folder in ONNX Runtime; `int8`: its int8 graph, or
+        for torch the weights quantized (`bertkit.quantize`)."""
+        from bertkit.export.backend import load_encoder_for
 
         own_pooling, own_length = model_pooling(model_dir)
-        model, tokenizer = load_encoder(model_dir)
+        model, tokenizer = load_encoder_for(model_dir, backend, int8)
         return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size, device)
 
     def encode(self, texts: list[str], progress: bool = False, report: dict | None = None) -> np.ndarray:
