@@ -43,7 +43,10 @@ PREPARE = {"/embed": routes.embed, "/v1/embeddings": routes.openai_embeddings, "
 
 
 class Service:
-    """The served models, their backends, the batcher and the phase (loading, ready, draining, failed)."""
+    """The served models, their backends, the batcher and the phase (loading, ready, draining, failed).
+
+    `backend` is a `serve.backend.BACKENDS` name, or a factory `(spec, device) -> Backend`.
+    """
 
     def __init__(self, specs: list[ModelSpec], limits: Limits | None = None, backend="torch", device: str = "cpu",
                  log=None):

@@ -63,13 +63,15 @@ _HEADS = {"masked-lm": "BertForMaskedLM", "classifier": "BertForSequenceClassifi
 
 
 class TorchBackend:
-    """bertkit's own PyTorch model, in eval mode under inference_mode."""
+    """bertkit's own PyTorch model, in eval mode under inference_mode, on the unpadded path
+    (`model.set_unpadding`: the dense layers run on real tokens only, so a batch of mixed lengths
+    costs its real tokens; outputs equal the padded path's to float rounding)."""
 
     def __init__(self, spec: ModelSpec, device: str = "cpu"):
         import torch
 
         from bertkit import heads
-        from bertkit.model import BertModel
+        from bertkit.model import BertModel, set_unpadding
 
         self.spec, self.device = spec, torch.device(device)
         if spec.kind == "encoder":
@@ -78,7 +80,7 @@ class TorchBackend:
         else:
             self.model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
             self.encoder = self.model.encoder
-        self.model.eval().to(self.device)
+        set_unpadding(self.model.eval().to(self.device))
 
     def run(self, op: str, batch: Batch) -> list[np.ndarray]:
         import torch
