@@ -363,3 +363,24 @@ def test_sigterm_answers_every_accepted_request_and_exits_0(dirs):
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()
+
+
+def test_model_entries_and_a_model_that_fails_to_load(dirs, tmp_path):
+    import shutil
+
+    from bertkit.serve.app import create_app
+    from bertkit.serve.models import parse_entry
+    from bertkit.serve.server import listen, make_server
+
+    assert parse_entry(f"sst2={dirs['cls']}") == ("sst2", str(dirs["cls"]))
+    assert parse_entry(str(dirs["cls"])) == ("cls", str(dirs["cls"]))
+    broken = tmp_path / "broken"
+    shutil.copytree(dirs["mlm"], broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))  # weights for 2
+    service = _service({"broken": broken}, ("broken",))
+    server = make_server(create_app(service), service)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listen("127.0.0.1", 0)]}, daemon=True)
+    thread.start()
+    thread.join(60)  # the failed load stops the server by itself
+    assert not thread.is_alive() and service.phase == "failed" and "missing keys" in service.error
