@@ -112,6 +112,7 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
     was_training = model.training
     model.to(device).eval()
     only_last = layers == [-1]
+    graph_pooled = only_last and getattr(model, "pooled", lambda *_: False)(pooling, normalize)
     try:
         with tqdm(total=len(order), unit="text", disable=not progress, desc="embedding") as bar:
             for start in range(0, len(order), batch_size):
@@ -119,6 +120,10 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
                 ids = pad_rows([encodings[i].ids for i in batch], tokenizer.pad_id).to(device)  # (B, T)
                 mask = pad_rows([encodings[i].attention_mask for i in batch], 0).to(device)  # (B, T)
                 result = model(ids, attention_mask=mask, output_hidden_states=not only_last)
+                if graph_pooled:  # an ONNX export's own pooled (and normalised) vectors
+                    out[batch] = result.sentence_embedding
+                    bar.update(len(batch))
+                    continue
                 if only_last:
                     hidden = result.last_hidden_state  # (B, T, C)
                 else:

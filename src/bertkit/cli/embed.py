@@ -40,11 +40,21 @@ def add_arguments(parser) -> None:
     a("--out", required=True, help="output .npy file, written atomically")
     add_overwrite(parser, "file")
     a("--int8", action="store_true",
-      help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster, slightly different vectors")
+      help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster, slightly different vectors; "
+           "with --backend onnx, run the export's int8 graph")
+    a("--backend", choices=("torch", "onnx"), default="torch",
+      help="torch: the model's weights; onnx: a `bertkit export` folder in ONNX Runtime (CPU, last layer only)")
 
 
 def check(args) -> None:
+    from bertkit.export import check_backend
+
     check_output_file(args.out, "--out", args.overwrite)
+    check_backend(args.model, args.backend)
+    if args.backend == "onnx" and tuple(args.layers) != (-1,):
+        raise UserError("--backend onnx gives the last layer only: drop --layers or use --backend torch")
+    if args.backend == "onnx" and args.device not in ("auto", "cpu"):
+        raise UserError("--backend onnx runs on the CPU: drop --device or use --device cpu")
 
 
 def _read_sentences(path: Path) -> list[str]:
@@ -65,17 +75,14 @@ def run(args) -> int:
     import numpy as np
 
     from bertkit.devices import resolve_device
-    from bertkit.embed import embed_texts, load_encoder
+    from bertkit.embed import embed_texts
+    from bertkit.export.backend import load_encoder_for
     from bertkit.io import atomic_path
 
-    device = resolve_device(args.device)
+    device = resolve_device("cpu" if args.backend == "onnx" else args.device)
     if args.int8 and device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")
-    model, tokenizer = load_encoder(args.model)
-    if args.int8:
-        from bertkit.quantize import quantize_int8
-
-        model = quantize_int8(model, inplace=True)
+    model, tokenizer = load_encoder_for(args.model, args.backend, args.int8)
     report: dict = {}
     vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=args.layers, combine=args.combine,
                           normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,

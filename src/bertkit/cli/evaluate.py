@@ -51,7 +51,10 @@ def add_arguments(parser) -> None:
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
     a("--int8", action="store_true",
-      help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference")
+      help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference; with --backend onnx, "
+           "run the export's int8 graph")
+    a("--backend", choices=("torch", "onnx"), default="torch",
+      help="torch: the model's weights; onnx: a `bertkit export` folder in ONNX Runtime (CPU)")
     a("--zero-shot", action="store_true",
       help="stsb (or a regress pair table): cosine of untrained sentence embeddings vs gold")
     a("--pooling", choices=("cls", "mean", "max"), default=None,
@@ -74,8 +77,18 @@ def _check_retrieval(args) -> None:
     for flag in ("data", "out", "text_columns", "label_column"):
         if getattr(args, flag):
             raise UserError(f"--{flag.replace('_', '-')} does not apply to --task retrieval")
-    if args.zero_shot or args.int8 or args.precision != "fp32":
-        raise UserError("--task retrieval embeds in fp32: no --zero-shot, --int8 or --precision")
+    if args.zero_shot or args.precision != "fp32":
+        raise UserError("--task retrieval embeds in fp32 or int8: no --zero-shot or --precision")
+    if args.model:
+        _check_backend(args)
+
+
+def _check_backend(args) -> None:
+    from bertkit.export import check_backend
+
+    check_backend(args.model, args.backend)
+    if args.backend == "onnx" and (args.device not in ("auto", "cpu") or args.precision != "fp32"):
+        raise UserError("--backend onnx runs on the CPU in fp32 (or int8 with --int8): no --device or --precision")
 
 
 def check(args) -> None:
@@ -90,8 +103,9 @@ def check(args) -> None:
         raise UserError(f"--data is required for --task {args.task}")
     if args.zero_shot and args.out:
         raise UserError("--zero-shot writes no predictions: drop --out")
-    if args.int8 and (args.precision != "fp32" or args.zero_shot):
-        raise UserError("--int8 runs fine-tuned models on the CPU in fp32: no --precision bf16 or --zero-shot")
+    if args.int8 and args.precision != "fp32":
+        raise UserError("--int8 runs models on the CPU in int8: no --precision bf16")
+    _check_backend(args)
     if args.out:
         check_output_file(args.out, "--out", args.overwrite)
 
@@ -104,7 +118,8 @@ def _run_retrieval(args, device) -> dict:
     queries, corpus, qrels = read_queries(args.queries), read_corpus(args.corpus), read_qrels(args.qrels)
     encoder = None
     if args.model:
-        encoder = Encoder.load(args.model, args.pooling, args.max_seq_len, args.batch_size, device)
+        encoder = Encoder.load(args.model, args.pooling, args.max_seq_len, args.batch_size, device,
+                               backend=args.backend, int8=args.int8)
     report = evaluate_retrieval(queries, corpus, qrels, encoder, args.bm25)
     if "dense" in report["results"]:
         note_cut("evaluate", report["results"]["dense"]["cut"], report["queries"] + report["documents"],
@@ -118,7 +133,7 @@ def run(args) -> int:
     from bertkit.finetune.task import Runtime
 
     model_dir = Path(args.model) if args.model else None
-    rt = Runtime(resolve_device(args.device), args.precision, args.batch_size)
+    rt = Runtime(resolve_device("cpu" if args.backend == "onnx" else args.device), args.precision, args.batch_size)
     if args.int8 and rt.device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")
     columns = args.text_columns.split(",") if args.text_columns else None
@@ -130,21 +145,24 @@ def run(args) -> int:
         examples, spec = read_scored_pairs(args.task, args.data, columns, args.label_column)
         cut: dict = {}
         metrics = zero_shot_similarity(model_dir, examples, spec, args.pooling or "mean", args.batch_size,
-                                       args.max_seq_len or 128, rt.device, report=cut)
+                                       args.max_seq_len or 128, rt.device, report=cut, backend=args.backend,
+                                       int8=args.int8)
         note_cut("evaluate", cut["cut"], 2 * len(examples), cut["max_length"])
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data), "zero_shot": True,
-                  "pooling": args.pooling or "mean", "examples": len(examples), **metrics}
+                  "pooling": args.pooling or "mean", "examples": len(examples), "backend": args.backend,
+                  "int8": args.int8, **metrics}
     else:
         from bertkit.finetune.registry import task_for_model
         from bertkit.finetune.run import evaluate_saved
 
         task = task_for_model(args.task, model_dir, rt, args.max_seq_len, columns, args.label_column)
-        metrics, data, predictions = evaluate_saved(task, model_dir, args.data, rt, int8=args.int8)
+        metrics, data, predictions = evaluate_saved(task, model_dir, args.data, rt, int8=args.int8,
+                                                    backend=args.backend)
         note_cut("evaluate", data.cut, len(data.features), task.max_seq_len)
         if args.out:
             task.write_predictions(Path(args.out), data, predictions)
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data),
-                  "examples": len(data.examples), "int8": args.int8, **metrics}
+                  "examples": len(data.examples), "backend": args.backend, "int8": args.int8, **metrics}
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0

@@ -29,15 +29,18 @@ def read_scored_pairs(task: str, path, text_columns: list[str] | None = None, la
 
 
 def zero_shot_similarity(model_dir: str | Path, examples, spec, pooling: str = "mean", batch_size: int = 64,
-                         max_length: int = 128, device="cpu", report: dict | None = None) -> dict:
+                         max_length: int = 128, device="cpu", report: dict | None = None, backend: str = "torch",
+                         int8: bool = False) -> dict:
     """Pearson and Spearman (x100) of the pairs' embedding cosines against their gold scores;
-    `report`, when given, gets how many texts were cut to the token limit (as `embed_texts`)."""
+    `report`, when given, gets how many texts were cut to the token limit (as `embed_texts`).
+    `backend` "onnx" runs a `bertkit export` folder; `int8` its int8 graph, or torch's int8 layers."""
     import numpy as np
 
-    from bertkit.embed import embed_texts, load_encoder
+    from bertkit.embed import embed_texts
     from bertkit.eval.metrics import task_metrics
+    from bertkit.export.backend import load_encoder_for
 
-    model, tokenizer = load_encoder(Path(model_dir))
+    model, tokenizer = load_encoder_for(Path(model_dir), backend, int8)
     kw = dict(pooling=pooling, normalize=True, batch_size=batch_size, max_length=max_length, device=device)
     first, second = {}, {}
     a = np.asarray(embed_texts(model, tokenizer, [e.text_a for e in examples], report=first, **kw), dtype=np.float64)

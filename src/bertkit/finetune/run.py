@@ -35,6 +35,7 @@ class FinetuneJob:
     combine: str = "concat"  # feature_based: "concat" or "sum" (or "mean") the chosen layers
     split_articles: int | None = None  # squad: train on K articles of `train`
     max_train_examples: int | None = None  # a random subset of the training examples (seed 0)
+    options: dict = field(default_factory=dict)  # embedding / rerank: pooling, loss, temperature, ...
     device: str = "auto"
     precision: str = "fp32"
     eval_batch_size: int = 64
@@ -67,7 +68,7 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
     task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
                      feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers,
-                     combine=job.combine)
+                     combine=job.combine, options=job.options)
     check_length(task, config, model_dir)
     task.classifier_dropout = job.hyper.classifier_dropout
     t0 = time.time()
@@ -105,15 +106,24 @@ def _job_dict(job: FinetuneJob) -> dict:
     return d
 
 
-def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, int8: bool = False):
-    """(metrics, prepared data, predictions) of a fine-tuned model on a file; `int8` quantizes it (CPU)."""
+def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, int8: bool = False,
+                   backend: str = "torch"):
+    """(metrics, prepared data, predictions) of a fine-tuned model on a file; `int8` quantizes it (CPU);
+    `backend` "onnx" runs the folder's exported graph (`bertkit export`) in ONNX Runtime instead."""
     from bertkit.hf import load_config
 
     check_length(task, load_config(model_dir), Path(model_dir))
+    if backend == "onnx" and not hasattr(task, "head"):
+        raise UserError("--backend onnx runs the BERT-head tasks; this model is feature-based", model_dir)
     examples = task.read(data_path)
     data = task.prepare(examples)
-    model = task.load_model(Path(model_dir)).to(rt.device)
-    if int8:
+    if backend == "onnx":
+        from bertkit.export.backend import load_onnx_head
+
+        model = load_onnx_head(model_dir, task.head, task.labels, int8)
+    else:
+        model = task.load_model(Path(model_dir)).to(rt.device)
+    if int8 and backend == "torch":
         from bertkit.quantize import quantize_int8
 
         model = quantize_int8(model, inplace=True)

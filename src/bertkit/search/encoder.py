@@ -62,11 +62,13 @@ class Encoder:
 
     @classmethod
     def load(cls, model_dir: str | os.PathLike, pooling: str | None = None, max_length: int | None = None,
-             batch_size: int = 32, device: str = "cpu") -> Encoder:
-        from bertkit.embed import load_encoder
+             batch_size: int = 32, device: str = "cpu", backend: str = "torch", int8: bool = False) -> Encoder:
+        """`backend` "onnx": a `bertkit export` folder in ONNX Runtime; `int8`: its int8 graph, or
+        for torch the weights quantized (`bertkit.quantize`)."""
+        from bertkit.export.backend import load_encoder_for
 
         own_pooling, own_length = model_pooling(model_dir)
-        model, tokenizer = load_encoder(model_dir)
+        model, tokenizer = load_encoder_for(model_dir, backend, int8)
         return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size, device)
 
     def encode(self, texts: list[str], progress: bool = False, report: dict | None = None) -> np.ndarray:
@@ -75,3 +77,27 @@ class Encoder:
         return embed_texts(self.model, self.tokenizer, texts, pooling=self.pooling, normalize=True,
                            batch_size=self.batch_size, max_length=self.max_length, device=self.device,
                            progress=progress, report=report)
+
+
+def write_sentence_transformers_files(model_dir: str | os.PathLike, pooling: str, max_length: int, width: int,
+                                      normalize: bool = False) -> None:
+    """Beside an HF encoder directory, the files that make it a sentence-transformers model:
+    Transformer -> Pooling (`pooling`) [-> Normalize], the pooling `model_pooling` reads back."""
+    from bertkit.io import write_json
+
+    model_dir = Path(model_dir)
+    if pooling not in _MODES.values():
+        raise UserError(f"pooling must be one of {', '.join(_MODES.values())}, not {pooling!r}")
+    modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Normalize", "Normalize")] if normalize else [])
+    write_json(model_dir / "modules.json", [{"idx": i, "name": str(i), "path": path,
+                                             "type": f"sentence_transformers.models.{kind}"}
+                                            for i, (path, kind) in enumerate(modules)])
+    write_json(model_dir / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
+    (model_dir / "1_Pooling").mkdir(exist_ok=True)
+    write_json(model_dir / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": width, **{key: name == pooling for key, name in _MODES.items()},
+        "pooling_mode_mean_sqrt_len_tokens": False})
+    if normalize:
+        (model_dir / "2_Normalize").mkdir(exist_ok=True)
+    write_json(model_dir / "config_sentence_transformers.json",
+               {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None})
