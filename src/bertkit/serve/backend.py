@@ -70,17 +70,22 @@ class TorchBackend:
     def __init__(self, spec: ModelSpec, device: str = "cpu"):
         import torch
 
+        self.spec, self.device = spec, torch.device(device)
+        self.model, self.encoder = self.load(spec)
+
+    def load(self, spec: ModelSpec):
+        """(the model, its encoder): what `run` calls. Another runtime whose models are called
+        like bertkit's (ids, attention_mask=, token_type_ids= -> the same output classes) can
+        subclass this and override `load` alone."""
         from bertkit import heads
         from bertkit.model import BertModel, set_unpadding
 
-        self.spec, self.device = spec, torch.device(device)
         if spec.kind == "encoder":
-            self.model = BertModel.from_pretrained(spec.path)
-            self.encoder = self.model
+            model = BertModel.from_pretrained(spec.path)
         else:
-            self.model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
-            self.encoder = self.model.encoder
-        set_unpadding(self.model.eval().to(self.device))
+            model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
+        set_unpadding(model.eval().to(self.device))
+        return model, model if spec.kind == "encoder" else model.encoder
 
     def run(self, op: str, batch: Batch) -> list[np.ndarray]:
         import torch
