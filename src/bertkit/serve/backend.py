@@ -63,9 +63,10 @@ _HEADS = {"masked-lm": "BertForMaskedLM", "classifier": "BertForSequenceClassifi
 
 
 class TorchBackend:
-    """bertkit's own PyTorch model, in eval mode under inference_mode, on the unpadded path
-    (`model.set_unpadding`: the dense layers run on real tokens only, so a batch of mixed lengths
-    costs its real tokens; outputs equal the padded path's to float rounding)."""
+    """bertkit's own PyTorch model, in eval mode under inference_mode; on the CPU on the unpadded
+    path (`model.set_unpadding`: the dense layers run on real tokens only, so a batch of mixed
+    lengths costs its real tokens; outputs equal the padded path's to float rounding). On a GPU,
+    short batches are launch-bound and the padded path is faster (bench/README.md)."""
 
     def __init__(self, spec: ModelSpec, device: str = "cpu"):
         import torch
@@ -84,7 +85,7 @@ class TorchBackend:
             model = BertModel.from_pretrained(spec.path)
         else:
             model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
-        set_unpadding(model.eval().to(self.device))
+        set_unpadding(model.eval().to(self.device), enabled=self.device.type == "cpu")
         return model, model if spec.kind == "encoder" else model.encoder
 
     def run(self, op: str, batch: Batch) -> list[np.ndarray]:
