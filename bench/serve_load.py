@@ -154,7 +154,7 @@ async def load(url: str, pool: list[str], ref: dict, requests: int, clients: int
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=120)
     http = httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120,
                              limits=httpx.Limits(max_connections=clients, max_keepalive_connections=clients))
-    latencies, outcomes, texts_done = [], Counter(), 0
+    latencies, outcomes, texts_done, errors = [], Counter(), 0, []
     next_index, start = 0, time.perf_counter()
 
     async def worker():
@@ -165,8 +165,10 @@ async def load(url: str, pool: list[str], ref: dict, requests: int, clients: int
             t = time.perf_counter()
             try:
                 vectors = await _request(i, texts, client, http, mix)
-            except Exception as e:  # noqa: BLE001 - every failure is counted by kind
-                outcomes[f"error: {type(e).__name__}"] += 1
+            except Exception as e:  # noqa: BLE001 - every failure is counted by kind (and status)
+                status = getattr(e, "status_code", None) or getattr(getattr(e, "response", None), "status_code", "")
+                outcomes[f"error: {type(e).__name__} {status}".strip()] += 1
+                errors.append(str(e)[:200])
                 continue
             latencies.append(time.perf_counter() - t)
             bad = vectors is not None and any(float(np.abs(v - ref[s]).max()) > 1e-5 for v, s in zip(vectors, texts))
@@ -177,7 +179,7 @@ async def load(url: str, pool: list[str], ref: dict, requests: int, clients: int
     elapsed = time.perf_counter() - start
     await client.close()
     await http.aclose()
-    return {"clients": clients, "sent": next_index, "outcomes": dict(outcomes), "seconds": elapsed,
+    return {"clients": clients, "sent": next_index, "outcomes": dict(outcomes), "errors": errors[:5], "seconds": elapsed,
             "requests_per_s": len(latencies) / elapsed, "texts_per_s": texts_done / elapsed, **_percentiles(latencies)}
 
 
@@ -259,8 +261,8 @@ async def sigterm_during_load(pool: list[str], clients: int, after_s: float) -> 
             except httpx.ConnectError:
                 outcomes["connection refused (not accepted)"] += 1
                 await asyncio.sleep(0.05)
-            except httpx.HTTPError as e:  # accepted, then dropped: what must never happen
-                outcomes[f"lost: {type(e).__name__}"] += 1
+            except httpx.HTTPError as e:  # reset: in the listen backlog at the close, or dropped (see below)
+                outcomes[f"reset: {type(e).__name__}"] += 1
             finally:
                 in_flight -= 1
 
@@ -274,9 +276,16 @@ async def sigterm_during_load(pool: list[str], clients: int, after_s: float) -> 
         await asyncio.sleep(0.5)
         stop = True
         await asyncio.gather(*tasks)
-    lost = sum(v for k, v in outcomes.items() if k.startswith("lost"))
+    # The server counts requests it accepted (read) and answered; a reset connection it never
+    # accepted sat in the kernel's listen backlog when the socket closed. Lost: accepted, not
+    # answered, or answered but the answer never reached the client.
+    counts = [re.search(r"stopped: (\d+) requests accepted, (\d+) answered", line) for line in server.lines]
+    accepted, answered = next((tuple(map(int, m.groups())) for m in counts if m), (-1, -1))
+    delivered = sum(v for k, v in outcomes.items() if k.isdigit())
+    lost = (accepted - answered) + (answered - delivered) if accepted >= 0 else -1
     return {"clients": clients, "answered_before_signal": answered_before, "in_flight_at_signal": in_flight_at_signal,
-            "outcomes": dict(outcomes), "lost": lost, "exit_code": code}
+            "outcomes": dict(outcomes), "server_accepted": accepted, "server_answered": answered,
+            "delivered": delivered, "lost": lost, "exit_code": code}
 
 
 def _markdown(results: dict) -> str:
@@ -300,7 +309,9 @@ def _markdown(results: dict) -> str:
                f"({bad['rss_change']:+.1%})\n")
     s = results["sigterm"]
     out.append(f"SIGTERM after {s['answered_before_signal']} answers with {s['in_flight_at_signal']} requests in "
-               f"flight: {s['outcomes']}; lost {s['lost']}; exit code {s['exit_code']}")
+               f"flight: {s['outcomes']}; the server accepted {s['server_accepted']}, answered "
+               f"{s['server_answered']}, clients got {s['delivered']} answers; lost {s['lost']}; exit code "
+               f"{s['exit_code']}")
     return "\n".join(out)
 
 
