@@ -103,7 +103,7 @@ def run_bertkit(recipe: str, data: Path, out: Path, minutes: float) -> dict:
 
     # No evaluation inside the run (scored afterwards); checkpoints often enough for the curve.
     cfg = TrainConfig(data=str(data), out=str(out), preset=PRESET, recipe=recipe, minutes=minutes, seed=SEED,
-                      save_every=50, keep=0, eval_every=10**9, eval_samples=0, log_every=100, overwrite=True)
+                      save_every=25, keep=0, eval_every=10**9, eval_samples=0, log_every=100, overwrite=True)
     if pretrain(cfg) != 0:
         raise SystemExit(f"the {recipe} run was stopped")
     points = []
@@ -171,8 +171,14 @@ def hf_dataset(data: Path):
 def run_transformers(data: Path, work: Path, out: Path, minutes: float, hyper: dict, marks: int) -> dict:
     import torch
     import transformers
-    from transformers import (BertConfig, BertForMaskedLM, BertTokenizerFast, DataCollatorForLanguageModeling,
-                              Trainer, TrainingArguments)
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertTokenizerFast,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainingArguments,
+    )
 
     from bertkit.config import PRESETS
 

@@ -120,6 +120,9 @@ def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["articles"] == {"train": 5 * 19, "held_out": 5 * 5}  # 20% of each topic held out
     assert (out / "pretrain" / "model" / "model.safetensors").exists()
+    train = json.loads((out / "pretrain" / "config.json").read_text())["train"]
+    assert (train["recipe"], train["objective"], train["dropout"]) == ("budget", "mlm", 0.0)  # the budget recipe
+    assert json.loads((out / "data" / "manifest.json").read_text())["format"] == "packed"
     for png in ("pretrain/loss.png", "senses.png", "label_budgets.png"):
         assert (out / png).stat().st_size > 1000, png
     assert len(summary["fill_mask"]) == 5 and all(len(f["top"]) == 5 for f in summary["fill_mask"])

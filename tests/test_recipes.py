@@ -5,12 +5,14 @@ and a resumed run continues the same clock."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from pretrain_helpers import TINY, run
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
@@ -18,7 +20,6 @@ from bertkit.heads import BertForMaskedLM
 from bertkit.pretrain import TrainConfig
 from bertkit.pretrain.recipes import RECIPES, set_dropout
 from bertkit.train.optim import lr_at_time
-from pretrain_helpers import TINY, run
 
 PEAK = 1e-3
 
@@ -39,7 +40,7 @@ def test_time_schedule_decays_linearly_to_exactly_zero_at_the_deadline_and_stays
     assert lr_at_time(10 * budget, budget, warmup, PEAK) == 0.0
     assert lr_at_time(-1, budget, warmup, PEAK) == 0.0  # before the start: clamped too
     decay = [lr_at_time(t, budget, warmup, PEAK) for t in range(10, 101, 5)]
-    assert all(a > b for a, b in zip(decay, decay[1:]))
+    assert all(a > b for a, b in itertools.pairwise(decay))
 
 
 def test_time_schedule_without_warmup_starts_at_the_peak():
@@ -51,6 +52,21 @@ def test_time_schedule_without_warmup_starts_at_the_peak():
 def test_time_schedule_refuses_a_meaningless_budget_or_warmup(budget, warmup):
     with pytest.raises(ValueError):
         lr_at_time(1, budget, warmup, PEAK)
+
+
+def test_the_loop_takes_the_lr_at_the_steps_expected_end_and_stops_before_overrunning():
+    from bertkit.pretrain.loop import _Loop
+
+    loop = object.__new__(_Loop)  # only the schedule's state: no model or data needed
+    loop.cfg = TrainConfig(data="d", out="o", recipe="budget", minutes=1)
+    loop.budget, loop.step_s, loop.total, loop.warmup = 60.0, 2.0, None, loop.cfg.warmup
+    warmup, peak = loop.cfg.warmup, loop.cfg.lr
+    assert loop.lr(0, 30.0) == pytest.approx(lr_at_time(32.0, 60.0, warmup, peak))
+    assert not loop.done(0, 57.9)  # a 2 s step still ends before 60 s
+    assert loop.done(0, 58.1)  # it would not: stop now, at lr ~0
+    paper = TrainConfig(data="d", out="o", minutes=1)  # the paper recipe keeps its own rule: stop at the budget
+    loop.cfg = paper
+    assert not loop.done(0, 58.1) and loop.done(0, 60.0)
 
 
 # ---- recipe resolution ----
@@ -129,7 +145,7 @@ def test_budget_recipe_stops_on_time_with_lr_near_zero_and_writes_a_model_that_l
     assert 0 < max(r["lr"] for r in train) <= peak
     assert train[-1]["lr"] < 0.05 * peak  # and decayed to ~0 by the end (one step is ~1% of this budget)
     warmup = RECIPES["budget"]["warmup"]
-    for before, r in zip(train, train[1:]):  # each step's lr is the clock's, taken when the step began or later
+    for before, r in itertools.pairwise(train):  # each step's lr is the clock's, taken when the step began or later
         if before["elapsed"] > warmup * budget:
             assert r["lr"] <= lr_at_time(before["elapsed"], budget, warmup, peak) + 1e-12, r
     saved = json.loads((out / "config.json").read_text())

@@ -30,7 +30,7 @@ from bertkit.errors import UserError
 RECIPE_DEFAULTS = {
     "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
               "dropout": None},
-    "budget": {"objective": "mlm", "batch_size": 64, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
+    "budget": {"objective": "mlm", "batch_size": 32, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
                "dropout": 0.0},
 }
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 # One-thread costs that size the stages after pretraining (seconds), measured on the quiet 2-core
 # machine. `slowdown` scales them: the demo times MiniLM on a few articles before pretraining.
-MINILM_SECONDS_PER_ARTICLE = 0.05  # all-MiniLM-L6-v2 at 128 tokens: ~20 articles/s
+MINILM_SECONDS_PER_ARTICLE = 0.06  # all-MiniLM-L6-v2 at 128 tokens, as the full demo ran it (~17 articles/s)
 SMALL_SECONDS_PER_ARTICLE = 0.006  # the demo's shape (tiny preset), pretrained and random: two passes
 WORD2VEC_SECONDS_PER_ARTICLE = 0.008  # skip-gram, 5 epochs, on the training articles
 FIXED_SECONDS = {"fill-mask": 5.0, "senses": 10.0, "labels": 10.0, "summary": 3.0}
@@ -34,7 +34,6 @@ class DemoPlan:
     # tiny (2 layers, hidden 128) sees ~25x more text than mini in the same CPU minutes, which
     # matters more than depth on a 1M-word corpus.
     preset: str = "tiny"
-    pretrain_lr: float = 1e-3
     test_fraction: float = 0.2
     articles_per_topic: int | None = None  # a smaller demo (tests); None takes every article
     # Labelled training articles per topic for the frozen-feature probe; every training article

@@ -1,6 +1,8 @@
 """The demo's pretraining stages, each the library call of the `bertkit` command a user would
-type: a WordPiece vocabulary (`bertkit tokenizer train`), MLM + NSP instances (`bertkit
-prepare`), pretraining for a time budget (`bertkit pretrain`), and fill-mask examples.
+type: a WordPiece vocabulary (`bertkit tokenizer train`), packed full-length sequences (`bertkit
+prepare --format packed`), pretraining for a time budget with the budget recipe (`bertkit pretrain
+--recipe budget --minutes M`: MLM only, no dropout, lr 1e-3 decaying to zero at the deadline), and
+fill-mask examples.
 
 `pretrain_model` is the one place the demo chooses its pretraining settings."""
 
@@ -28,16 +30,16 @@ def learn_vocabulary(corpus: Path, out: Path, vocab_size: int) -> None:
 def prepare_instances(corpus: Path, vocab: Path, out: Path, max_seq_len: int, seed: int) -> None:
     from bertkit.data.prepare import PrepareOptions, prepare_corpus
 
-    options = PrepareOptions(max_seq_len=max_seq_len, format="nsp", val_fraction=0.02, seed=seed)
+    options = PrepareOptions(max_seq_len=max_seq_len, format="packed", val_fraction=0.02, seed=seed)
     prepare_corpus([corpus], vocab, out, options)
 
 
-def pretrain_model(data: Path, out: Path, preset: str, minutes: float, lr: float, seed: int) -> Path:
-    """Pretrain `preset` on DATA for `minutes`; returns the saved model's folder."""
+def pretrain_model(data: Path, out: Path, preset: str, minutes: float, seed: int) -> Path:
+    """Pretrain `preset` on DATA for `minutes` with the budget recipe; returns the saved model's folder."""
     from bertkit.pretrain import TrainConfig, pretrain
 
-    cfg = TrainConfig(data=str(data), out=str(out), preset=preset, minutes=minutes, batch_size=32, lr=lr,
-                      warmup=0.05, seed=seed, eval_every=200)
+    cfg = TrainConfig(data=str(data), out=str(out), preset=preset, minutes=minutes, recipe="budget", seed=seed,
+                      eval_every=200)
     status = pretrain(cfg)
     if status != 0:  # stopped by a signal, checkpoint saved: the demo stops with the same status
         raise SystemExit(status)

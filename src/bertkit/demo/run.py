@@ -116,15 +116,14 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         corpus = write_corpus(run, train, test)
     with clock.stage("vocabulary", 20, f"learning a {plan.vocab_size:,}-entry WordPiece vocabulary"):
         pre.learn_vocabulary(corpus, run / "vocab", plan.vocab_size)
-    with clock.stage("prepare", 20, f"MLM + NSP instances of {plan.max_seq_len} tokens"):
+    with clock.stage("prepare", 20, f"packed sequences of {plan.max_seq_len} tokens"):
         pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
     with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
         slowdown = _slowdown([t for _, _, t in train[:16]], plan.probe_max_len)
     later = plan.later_seconds(len(articles), slowdown)
     seconds = plan.pretrain_seconds(clock.elapsed(), len(articles), slowdown)
-    with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset with MLM + NSP"):
-        model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60,
-                                       plan.pretrain_lr, plan.seed)
+    with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset, budget recipe (MLM)"):
+        model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60, plan.seed)
     with clock.stage("fill-mask", later["fill-mask"], "the pretrained model's guesses for [MASK]"):
         fills = pre.fill_mask_examples(model_dir)
     encoders = load_encoders(model_dir, plan.seed)

@@ -17,15 +17,16 @@ def pretraining_lines(s: dict) -> list[str]:
         "## What was pretrained, on what",
         "",
         (f"A {p['preset']} BERT ({p['parameters'] / 1e6:.1f}M parameters) pretrained from random weights with "
-        f"masked-LM + next-sentence prediction for {p['minutes']:.1f} minutes on {plan['threads']} CPU thread(s): "
+        f"masked-LM (the budget recipe: packed sequences, no dropout, lr decaying to zero at the deadline) for "
+        f"{p['minutes']:.1f} minutes on {plan['threads']} CPU thread(s): "
         f"{steps:,} steps of {32} sequences of up to {plan['max_seq_len']} tokens, on the "
         f"{s['articles']['train']:,} training articles of BBC News (a {plan['vocab_size']:,}-entry WordPiece "
         f"vocabulary learned from them). The {s['articles']['held_out']:,} held-out articles are never seen in pretraining."),
         "",
         "## What it learned",
         "",
-        (f"Validation masked-LM accuracy **{_pct(val.get('mlm_accuracy'))}** (NSP {_pct(val.get('nsp_accuracy'))}, "
-        f"MLM loss {val.get('mlm_loss', float('nan')):.2f}). Its top 5 guesses for [MASK]:"),
+        (f"Validation masked-LM accuracy **{_pct(val.get('mlm_accuracy'))}** "
+        f"(MLM loss {val.get('mlm_loss', float('nan')):.2f}). Its top 5 guesses for [MASK]:"),
         "",
     ]
     for f in s["fill_mask"]:

@@ -33,7 +33,7 @@ from bertkit.errors import UserError
 RECIPES: dict[str, dict] = {
     "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
               "dropout": None},
-    "budget": {"objective": "mlm", "batch_size": 64, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
+    "budget": {"objective": "mlm", "batch_size": 32, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
                "dropout": 0.0},
 }
 RECIPE_FIELDS = tuple(RECIPES["paper"])
