@@ -6,7 +6,8 @@ typed check when parsed (bertkit.cli.args), then `check(args)` for what needs se
 the file system (outputs refused unless `--overwrite`, flags that only apply together). A
 `UserError` anywhere, and an `OSError` naming a file (a folder we may not write into, a full
 disk), becomes one line on stderr and exit status 2; anything else is a bug and keeps its
-traceback. A command stopped by SIGTERM or SIGINT exits with 128 + the signal's number.
+traceback. A command stopped by SIGTERM or SIGINT exits with 128 + the signal's number, except
+`serve`, for which SIGTERM is the normal way to stop (it drains, then exits 0).
 """
 
 from __future__ import annotations

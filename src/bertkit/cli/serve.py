@@ -65,6 +65,12 @@ def add_arguments(parser) -> None:
 
 
 def check(args) -> None:
+    import importlib.util
+
+    missing = [m for m in ("starlette", "uvicorn", "prometheus_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"bertkit serve needs the serve extra (pip install 'bertkit[serve]'); missing: "
+                        f"{', '.join(missing)}")
     names = [name for name, _ in args.model]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

@@ -43,7 +43,10 @@ PREPARE = {"/embed": routes.embed, "/v1/embeddings": routes.openai_embeddings, "
 
 
 class Service:
-    """The served models, their backends, the batcher and the phase (loading, ready, draining, failed)."""
+    """The served models, their backends, the batcher and the phase (loading, ready, draining, failed).
+
+    `backend` is a `serve.backend.BACKENDS` name, or a factory `(spec, device) -> Backend`.
+    """
 
     def __init__(self, specs: list[ModelSpec], limits: Limits | None = None, backend="torch", device: str = "cpu",
                  log=None):
@@ -56,6 +59,7 @@ class Service:
         self.backends: dict = {}
         self.phase, self.error = "loading", None
         self.in_flight = 0
+        self.accepted = self.answered = 0  # HTTP requests, counted by `Gate`
         self.log = log or (lambda line: print(f"bertkit serve: {line}", file=sys.stderr, flush=True))
         self.on_failure = lambda: None  # set by whoever runs the server: stop it
         self.metrics = Metrics(lambda: self.batcher.waiting, lambda: self.in_flight)
@@ -135,14 +139,29 @@ def error_response(e: ApiError):
     return JSONResponse(e.body(), status_code=e.status)
 
 
-class ApiKey:
-    """ASGI middleware: 401 unless `Authorization: Bearer KEY` (GET /health is open)."""
+class Gate:
+    """ASGI middleware: counts requests accepted and answered (the answer's last byte handed to
+    the server), so a drain can show none was dropped; with `key`, 401 unless
+    `Authorization: Bearer KEY` (GET /health is open)."""
 
-    def __init__(self, app, key: str):
-        self.app, self.key = app, key.encode("utf-8")
+    def __init__(self, app, service: Service, key: str | None):
+        self.app, self.service, self.key = app, service, key.encode("utf-8") if key else None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"] != "/health":
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.service.accepted += 1
+
+        async def counted(message):
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                self.service.answered += 1
+
+        await self._guarded(scope, receive, counted)
+
+    async def _guarded(self, scope, receive, send):
+        if self.key is not None and scope["path"] != "/health":
             given = dict(scope["headers"]).get(b"authorization", b"")
             token = given[7:] if given[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(token, self.key):
@@ -206,9 +225,10 @@ def create_app(service: Service, api_key: str | None = None):
         service.drain()
         await asyncio.to_thread(service.batcher.close)
         service.pool.shutdown(wait=True)
+        service.log(f"stopped: {service.accepted} requests accepted, {service.answered} answered")
 
     table = [Route("/health", health, methods=["GET"]), Route("/info", info, methods=["GET"]),
              Route("/metrics", metrics, methods=["GET"])]
     table += [Route(path, _post(service, path), methods=["POST"]) for path in PREPARE]
     app = Starlette(routes=table, lifespan=lifespan, exception_handlers={HTTPException: http_error})
-    return ApiKey(app, api_key) if api_key else app
+    return Gate(app, service, api_key)

@@ -63,22 +63,30 @@ _HEADS = {"masked-lm": "BertForMaskedLM", "classifier": "BertForSequenceClassifi
 
 
 class TorchBackend:
-    """bertkit's own PyTorch model, in eval mode under inference_mode."""
+    """bertkit's own PyTorch model, in eval mode under inference_mode; on the CPU on the unpadded
+    path (`model.set_unpadding`: the dense layers run on real tokens only, so a batch of mixed
+    lengths costs its real tokens; outputs equal the padded path's to float rounding). On a GPU,
+    short batches are launch-bound and the padded path is faster (bench/README.md)."""
 
     def __init__(self, spec: ModelSpec, device: str = "cpu"):
         import torch
 
-        from bertkit import heads
-        from bertkit.model import BertModel
-
         self.spec, self.device = spec, torch.device(device)
+        self.model, self.encoder = self.load(spec)
+
+    def load(self, spec: ModelSpec):
+        """(the model, its encoder): what `run` calls. Another runtime whose models are called
+        like bertkit's (ids, attention_mask=, token_type_ids= -> the same output classes) can
+        subclass this and override `load` alone."""
+        from bertkit import heads
+        from bertkit.model import BertModel, set_unpadding
+
         if spec.kind == "encoder":
-            self.model = BertModel.from_pretrained(spec.path)
-            self.encoder = self.model
+            model = BertModel.from_pretrained(spec.path)
         else:
-            self.model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
-            self.encoder = self.model.encoder
-        self.model.eval().to(self.device)
+            model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
+        set_unpadding(model.eval().to(self.device), enabled=self.device.type == "cpu")
+        return model, model if spec.kind == "encoder" else model.encoder
 
     def run(self, op: str, batch: Batch) -> list[np.ndarray]:
         import torch

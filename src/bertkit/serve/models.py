@@ -62,7 +62,7 @@ class ModelSpec:
                 "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers}
 
 
-def _kind(path: Path, heads: list[str], architectures: list[str], task: str | None) -> str:
+def _kind(heads: list[str], architectures: list[str], task: str | None) -> str:
     if "question-answering" in heads:
         return "question-answering"
     if "classifier" in heads:
@@ -104,7 +104,7 @@ def describe(name: str, path: str | Path) -> ModelSpec:
     heads = heads_in(weight_shapes(path))
     architectures = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or []
     saved = saved_settings(path)
-    kind = _kind(path, heads, architectures, saved.get("task"))
+    kind = _kind(heads, architectures, saved.get("task"))
     tokenizer = Tokenizer.from_pretrained(path)
     if len(tokenizer) > config.vocab_size:
         raise UserError(f"vocab.txt has {len(tokenizer)} entries but the model only {config.vocab_size}: "

@@ -66,7 +66,9 @@ def make_server(app, service):
     """A uvicorn server for `app` whose signals drain `service`, and which stops if loading fails."""
     import uvicorn
 
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=5,
+    # Idle keep-alive connections are kept longer than clients keep theirs (httpx: 5 s), so a
+    # client never sends a request on a connection the server is closing at that moment.
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=75,
                             timeout_graceful_shutdown=DRAIN_S, backlog=2048)
     server = _server_class()(config)
     server.on_signal = service.drain
