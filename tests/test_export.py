@@ -17,13 +17,14 @@ import torch
 
 ort = pytest.importorskip("onnxruntime")
 
-from bertkit import BertConfig, Tokenizer, UserError  # noqa: E402
-from bertkit.embed import embed_texts, load_encoder  # noqa: E402
-from bertkit.export import writer  # noqa: E402
-from bertkit.export.writer import export_onnx, sample_inputs  # noqa: E402
-from bertkit.heads import HEADS  # noqa: E402
-from bertkit.model import BertModel  # noqa: E402
-from finetune_helpers import run_cli, write_sst2  # noqa: E402
+from finetune_helpers import run_cli, write_sst2
+
+from bertkit import BertConfig, Tokenizer, UserError
+from bertkit.embed import embed_texts, load_encoder
+from bertkit.export import writer
+from bertkit.export.writer import export_onnx, sample_inputs
+from bertkit.heads import HEADS
+from bertkit.model import BertModel
 
 TEXTS = ["the movie was very good .", "a film", "the plot was dull and the cast was weak , really boring .", "ok"]
 SHAPES = ((4, 11), (1, 3), (5, 40))  # none of them the traced (2, 16)
