@@ -177,3 +177,22 @@ def test_evaluate_backend_onnx_gives_the_torch_metrics(tiny_dir, tmp_path, capsy
         from bertkit.export.backend import load_onnx_head
 
         load_onnx_head(tmp_path / "onnx", HEADS["BertForTokenClassification"], None)
+
+
+def test_retrieval_backend_onnx_ranks_as_torch(st_dir, st_export, tmp_path, capsys):
+    docs = [*TEXTS, "the river in paris", "john and mary in berlin", "a great show"]
+    with open(tmp_path / "corpus.jsonl", "w") as f:
+        f.writelines(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(docs))
+    queries = ["a good movie", "berlin", "the dull plot"]
+    with open(tmp_path / "queries.jsonl", "w") as f:
+        f.writelines(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(queries))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td5\t1\nq2\td2\t1\n")
+    reports = {}
+    for backend, model in (("torch", st_dir), ("onnx", st_export)):
+        capsys.readouterr()
+        assert run_cli("evaluate", "--task", "retrieval", "--model", model, "--backend", backend, "--queries",
+                       tmp_path / "queries.jsonl", "--corpus", tmp_path / "corpus.jsonl", "--qrels",
+                       tmp_path / "qrels.tsv") == 0
+        reports[backend] = json.loads(capsys.readouterr().out)["results"]["dense"]
+    for key in ("ndcg@10", "mrr@10", "map@100"):
+        assert reports["onnx"][key] == pytest.approx(reports["torch"][key], abs=1e-9), key
