@@ -4,6 +4,9 @@ finished cells and continues, the report renders from report.json alone, and the
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,3 +193,42 @@ def test_plan_shares_cells_and_respects_only_tasks_seeds():
         "ft", "fb-embeddings", "fb-second-to-last", "fb-last", "fb-sum-last-four", "fb-concat-last-four", "fb-sum-all"}
     assert {c.param("seed") for c in small.cells if c.kind == "finetune"} == {7}
     assert full.estimate_s > 0
+
+
+def test_two_processes_share_one_folder_and_run_each_cell_once(inputs, tmp_path):
+    """Two `bertkit ablate` processes on one folder split the cells: each cell runs in exactly one
+    of them, and both end with the whole report."""
+    from pretrain_helpers import start
+
+    out = tmp_path / "abl"
+    args = ["ablate", "--corpus", str(inputs["corpus"]), "--data-dir", str(inputs["data"]), "--out", str(out),
+            "--scale", "tiny", "--only", "t5", "--tasks", "mrpc,conll", "--seeds", "1,2"]
+    procs = [start(args) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
+    ran = [re.findall(r"^\[\d+/\d+\] (\S+) done", o[0], re.M) for o in outputs]
+    plan = build_plan("tiny", (1, 2), ("mrpc", "conll"), ["t5"])
+    assert sorted(ran[0] + ran[1]) == sorted(c.id for c in plan.cells)  # every cell once, in one process
+    assert ran[0] and ran[1]  # both did some of the work
+    assert not list((out / "work" / "claims").iterdir())  # every claim released
+    report = json.loads((out / "report.json").read_text())
+    assert report["cells"]["done"] == report["cells"]["total"]
+
+
+def test_a_dead_processs_claim_is_taken_over(inputs, tmp_path, monkeypatch):
+    out = tmp_path / "abl"
+    args = ("--only", "t5-bert", "--tasks", "mrpc", "--seeds", "1")
+    real = dict(cells_module.EXECUTORS)
+
+    def interrupted(cell, plan, ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cells_module, "EXECUTORS", {k: interrupted for k in real})
+    assert ablate(inputs, out, *args) == 130  # the folder is started, no cell done
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    claims = out / "work" / "claims"
+    (claims / "vocab").write_text(str(dead.pid))  # a process that died holding the first cell
+    monkeypatch.setattr(cells_module, "EXECUTORS", real)
+    assert ablate(inputs, out, *args) == 0
+    assert "vocab" in records(out) and not (claims / "vocab").exists()

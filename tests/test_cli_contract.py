@@ -67,6 +67,9 @@ SST2_BAD_ROW = "sentence\tlabel\nonly one column\n"
 BAD_CONFIG = {"m/config.json": json.dumps({**TINY, "vocab_size": 99, "hidden_size": "128"})}
 
 FT = "finetune --model $tiny --task sst2 --train $train --dev $dev --out out --seeds 1 --epochs 1 --no-progress"
+EMB = ("finetune --model $tiny --task embedding --train $pairs --dev $pairs --out out --seeds 1 --epochs 1 "
+       "--no-progress")
+RR = EMB.replace("embedding", "rerank")
 PT = "pretrain --data $data --out run $tiny_flags --steps 2 --eval-samples 0"
 PR = "prepare --input $corpus --tokenizer $tok --out data --workers 1"
 TT = "tokenizer train --input $corpus --vocab-size 60 --out tok"
@@ -77,6 +80,7 @@ DI = "distill --teacher $tiny --task sst2 --student-preset teacher --train $trai
 SQ = "score --task squad --gold $squad --pred pred.json"
 IX = "index --model $tiny --input $text --out idx --no-progress"
 SE = "search --index $index 'a film'"
+SV = "serve --model $tiny --port 0"
 EX = "export --model $tiny --format onnx --out ex"
 DUPS = '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'
 
@@ -121,6 +125,26 @@ CASES = [
     Case(f"{FT} --eval-every 0", "argument --eval-every"),
     Case(f"{FT} --eval-every 2.5", "argument --eval-every"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
+    # finetune --task embedding / rerank
+    Case(f"{FT} --pooling mean", "--pooling applies to --task embedding only"),
+    Case(f"{FT} --grad-cache 4", "--grad-cache applies to --task embedding only"),
+    Case(f"{FT} --loss bce", "--loss bce applies to --task rerank only"),
+    Case(f"{EMB} --loss listwise", "--loss listwise applies to --task rerank only"),
+    Case(f"{EMB} --symmetric --loss cosent", "--symmetric applies to the contrastive loss, not cosent"),
+    Case(f"{RR} --loss listwise --pos-weight 3", "--pos-weight applies to --task rerank with --loss bce only"),
+    Case(f"{EMB} --temperature 0", "argument --temperature"),
+    Case(f"{EMB} --grad-cache 0", "argument --grad-cache"),
+    Case(f"{EMB} --matryoshka-dims 8,x", "argument --matryoshka-dims"),
+    Case(f"{EMB} --matryoshka-dims 64", "--matryoshka-dims 64 exceeds the model's width 32"),
+    Case(f"{EMB} --classifier-dropout 0.2", "--classifier-dropout applies to"),
+    Case(f"{EMB} --loss cosent", "--loss cosent needs a score on every training row"),
+    Case(EMB.replace("$pairs", "$train"), "train.tsv:1: the header names no anchor / query / sentence1 column"),
+    Case(RR.replace("--dev $pairs", "--dev d.tsv"), "rerank evaluation rows need negatives",
+         {"d.tsv": "query\tpositive\nq\tp\n"}),
+    Case(EMB.replace("$pairs", "p.jsonl"), 'p.jsonl:1: expected an object with "anchor" and "positive"',
+         {"p.jsonl": '{"anchor": "x"}\n'}),
+    Case(EMB.replace("$pairs", "s.tsv"), "s.tsv:2: score 'x' is not a number",
+         {"s.tsv": "anchor\tpositive\tscore\na\tb\tx\n"}),
     # distill
     Case(f"{DI} --temperature 0", "argument --temperature"),
     Case(DI.replace("teacher --train", "huge --train"), "argument --student-preset"),
@@ -142,6 +166,9 @@ CASES = [
     Case(f"{PT} --config-json '{{\"hidden_size\": \"128\"}}'", "--config-json: bad model config: hidden_size"),
     Case(f"{PT} --config-json nope.json", "argument --config-json: neither a JSON object nor a file"),
     Case(f"{PT} --steps 0", "argument --steps"),
+    Case(f"{PT} --recipe fast", "argument --recipe: invalid choice: 'fast'"),
+    Case(f"{PT} --dropout 1", "argument --dropout: must be in [0, 1)"),
+    Case(f"{PT} --resume --recipe budget", "recipe 'paper' -> 'budget'", copy=("run",)),
     Case(f"{PT} --minutes 1", "argument --minutes: not allowed with argument --steps"),
     Case(f"{PT} --mask-rate 1.5", "argument --mask-rate"),
     Case(f"{PT} --mask-rule 50/50", "argument --mask-rule"),
@@ -273,6 +300,21 @@ CASES = [
     Case("info m", "m/config.json: bad model config: expected a JSON object", {"m/config.json": "[1,2,3]"}),
     Case("info m", "m/config.json: not valid JSON", {"m/config.json": "{"}),
     Case("info $evil", "pytorch_model.bin: cannot read weights safely"),
+    # serve: every mistake is found before the port opens
+    Case("serve --port 0", "required: --model"),
+    Case(f"{SV} --port 70000", "argument --port"),
+    Case("serve --model nowhere --port 0", "argument --model: nowhere: no such"),
+    Case("serve --model 'a b=x' --port 0", "argument --model: expected NAME=DIR or DIR"),
+    Case("serve --model a=$tiny --model a=$tiny --port 0", "--model: name 'a' given twice"),
+    Case("serve --model $evil --port 0", "pytorch_model.bin: cannot read weights safely"),
+    Case(f"{SV} --max-batch-tokens 0", "argument --max-batch-tokens"),
+    Case(f"{SV} --max-queue x", "argument --max-queue"),
+    Case(f"{SV} --max-body-bytes 10", "argument --max-body-bytes"),
+    Case(f"{SV} --body-timeout 0", "argument --body-timeout"),
+    Case(f"{SV} --backend tpu", "argument --backend"),
+    Case(f"{SV} --api-key ''", "--api-key (or $BERTKIT_API_KEY) is empty"),
+    Case(f"{SV} --host ''", "--host is empty"),
+    Case(f"{SV} --host 203.0.113.7", "cannot listen on 203.0.113.7:0"),
     # export, --backend onnx
     Case(EX.replace("onnx", "tflite"), "argument --format"),
     Case(EX.replace("--format onnx", ""), "required: --format"),
@@ -299,6 +341,7 @@ CASES = [
     Case("demo --minutes 0", "argument --minutes"),
     Case("demo --out demo", "demo: run folder exists already", {"demo/notes.txt": "mine"}),
     Case("demo --preset huge", "argument --preset"),
+    Case("demo --threads 0", "argument --threads"),
     Case("bench --repeats 0", "argument --repeats"),
     Case("bench --json b.json", "b.json: exists; pass --overwrite", {"b.json": "[]"}),
     # ablate
@@ -328,6 +371,8 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
     write_conll(root / "gold.conll", 3, 0)
     write_squad(root / "squad.json", 1, 0)
     (root / "sentences.txt").write_text("the movie was good .\na film\n", encoding="utf-8")
+    (root / "pairs.tsv").write_text("anchor\tpositive\tnegative\na film\tthe movie\tparis\nberlin\ta city\tjohn\n",
+                                    encoding="utf-8")
     evil = root / "evil"
     shutil.copytree(tiny_dir, evil)
     (evil / "model.safetensors").unlink()
@@ -343,7 +388,7 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
             "conll": str(root / "gold.conll"), "squad": str(root / "squad.json"), "text": str(root / "sentences.txt"),
             "data": str(data), "packed": str(pretraining_data / "packed"), "tok": str(pretraining_data / "tok"),
             "corpus": str(pretraining_data / "corpus.txt"), "run": str(run), "tiny_flags": tiny_flags,
-            "index": str(root / "index"), "onnx": str(root / "onnx")}
+            "index": str(root / "index"), "onnx": str(root / "onnx"), "pairs": str(root / "pairs.tsv")}
 
 
 def snapshot(folder: Path) -> dict[str, str]:

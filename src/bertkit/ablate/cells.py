@@ -7,12 +7,19 @@ pretraining continues from its newest checkpoint (`pretrain --resume`), so a kil
 loses at most the fine-tuning that was running and the steps since the last checkpoint. Each
 cell's own output (status lines, fine-tuning logs) goes to `work/logs/<cell>.log`; the console
 gets one progress line per cell: cells done / total and the estimated time left.
+
+Several processes may run the same command on one folder at once (each with its own threads,
+e.g. two one-thread processes on two cores): a process claims a cell by creating
+`work/claims/<cell>` exclusively before running it, takes the first cell whose needs are done
+and that nobody holds, and waits while the cells left are held by others. A claim whose process
+has died is stale and is taken over, so a killed process's cell runs again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -50,6 +57,57 @@ class Context:
 
     def log_file(self, cell_id: str) -> Path:
         return self.work / "logs" / (cell_id.replace("/", "__") + ".log")
+
+    def claim_file(self, cell_id: str) -> Path:
+        return self.work / "claims" / cell_id.replace("/", "__")
+
+    def claim(self, cell_id: str) -> bool:
+        """Hold `cell_id` for this process; False while another live process holds it."""
+        path = self.claim_file(cell_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if _holder_alive(path):
+                    return False
+                path.unlink(missing_ok=True)  # stale: its process died
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return True
+        return False
+
+    def held_by_others(self, cell_id: str) -> bool:
+        path = self.claim_file(cell_id)
+        return path.is_file() and _holder(path) != os.getpid() and _holder_alive(path)
+
+    def release(self, cell_id: str) -> None:
+        path = self.claim_file(cell_id)
+        if path.is_file() and _holder(path) == os.getpid():
+            path.unlink(missing_ok=True)
+
+
+def _holder(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _holder_alive(path: Path) -> bool:
+    pid = _holder(path)
+    if pid is None:  # being written this instant, or unreadable: treat as held
+        return path.exists()
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_done(ctx: Context, plan: Plan) -> dict[str, dict]:
@@ -191,38 +249,55 @@ class Progress:
             return self.spent / self.ran * len(left)
         return estimate
 
-    def finished(self, cell: Cell, seconds: float) -> None:
+    def finished(self, cell: Cell, seconds: float, sharing: int = 1) -> None:
+        """`sharing`: the processes working on the folder now, which split the time left."""
         self.done.add(cell.id)
         self.ran += 1
         self.spent += seconds
         self.estimated += cell.estimate_s
         self.log(f"[{len(self.done)}/{len(self.plan.cells)}] {cell.id} done in {seconds:.0f}s; "
-                 f"elapsed {_clock(time.time() - self.start)}, about {_clock(self.remaining())} left")
+                 f"elapsed {_clock(time.time() - self.start)}, about {_clock(self.remaining() / sharing)} left"
+                 + (f" ({sharing} processes)" if sharing > 1 else ""))
 
 
-def run_cells(plan: Plan, ctx: Context, log=print) -> dict[str, dict]:
-    """Run every cell of `plan` not yet done, in order; every finished cell's record."""
+def run_cells(plan: Plan, ctx: Context, log=print, poll_s: float = 2.0) -> dict[str, dict]:
+    """Run every cell of `plan` not yet done, claiming each first (other processes may share the
+    folder); every finished cell's record once all are done."""
     done = read_done(ctx, plan)
     progress = Progress(plan, set(done), log)
     log(f"{len(plan.cells)} cells: {len(done)} done before, {len(plan.cells) - len(done)} to run, "
         f"about {_clock(progress.remaining())} (estimate)")
-    for cell in plan.cells:
-        if cell.id in done:
+    while True:
+        done.update(read_done(ctx, plan))  # others' cells too
+        progress.done |= set(done)
+        left = [c for c in plan.cells if c.id not in done]
+        if not left:
+            return done
+        cell = next((c for c in left if all(n in done for n in c.needs) and ctx.claim(c.id)), None)
+        if cell is None:
+            if not any(ctx.held_by_others(c.id) for c in left):
+                missing = next(n for c in left for n in c.needs if n not in done)
+                raise UserError(f"cell {left[0].id} needs {missing}, which did not finish")
+            time.sleep(poll_s)  # what is left waits on cells other processes are running
             continue
-        missing = [n for n in cell.needs if n not in done]
-        if missing:
-            raise UserError(f"cell {cell.id} needs {', '.join(missing)}, which did not finish")
-        _clear_partial(ctx.path(cell.id))
-        started = time.time()
-        ctx.log_file(cell.id).parent.mkdir(parents=True, exist_ok=True)
-        with open(ctx.log_file(cell.id), "a", encoding="utf-8") as f, \
-                contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-            result = EXECUTORS[cell.kind](cell, plan, ctx)
-        seconds = time.time() - started
-        record = {"id": cell.id, "kind": cell.kind, "params": dict(cell.params), "result": result,
-                  "time_s": round(seconds, 2), "estimate_s": round(cell.estimate_s, 1),
-                  "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        write_json(ctx.marker(cell.id), record)  # last: the cell is done once this file exists
-        done[cell.id] = record
-        progress.finished(cell, seconds)
-    return done
+        try:
+            done[cell.id] = _run_cell(cell, plan, ctx)
+        finally:
+            ctx.release(cell.id)
+        others = sum(ctx.held_by_others(c.id) for c in left)
+        progress.finished(cell, done[cell.id]["time_s"], 1 + others)
+
+
+def _run_cell(cell: Cell, plan: Plan, ctx: Context) -> dict:
+    """Run one claimed cell; its record, written last (the cell is done once the file exists)."""
+    _clear_partial(ctx.path(cell.id))
+    started = time.time()
+    ctx.log_file(cell.id).parent.mkdir(parents=True, exist_ok=True)
+    with open(ctx.log_file(cell.id), "a", encoding="utf-8") as f, \
+            contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        result = EXECUTORS[cell.kind](cell, plan, ctx)
+    record = {"id": cell.id, "kind": cell.kind, "params": dict(cell.params), "result": result,
+              "time_s": round(time.time() - started, 2), "estimate_s": round(cell.estimate_s, 1),
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_json(ctx.marker(cell.id), record)
+    return record

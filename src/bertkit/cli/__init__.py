@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("bertkit.cli.features", "export per-token features from chosen layers"),
     "index": ("bertkit.cli.index", "embed a corpus into a semantic search index"),
     "search": ("bertkit.cli.search", "the best passages of an index for a query, optionally reranked"),
+    "serve": ("bertkit.cli.serve", "an HTTP inference service: TEI/OpenAI-shaped routes, dynamic batching"),
     "export": ("bertkit.cli.export", "an ONNX graph of a model directory (+ int8), checked against PyTorch"),
     "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
     "ablate": ("bertkit.cli.ablate", "the paper's ablations (Tables 5-8), resumable, reported beside its figures"),

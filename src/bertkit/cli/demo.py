@@ -13,12 +13,15 @@ from bertkit.errors import UserError
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, help="run folder (default: runs/demo-YYYYmmdd-HHMMSS)")
     parser.add_argument("--minutes", type=positive_float, default=12.0,
-                        help="time budget; pretraining gets 75%% of it (under 15 minutes in all on 2 cores)")
+                        help="the whole demo's time budget; pretraining gets what the other stages leave "
+                             "(default: 12)")
     parser.add_argument("--preset", type=preset_name, default="tiny",
-                        help="model size preset (tiny: 2 layers, hidden 128)")
+                        help="model size preset (default: tiny, 2 layers, hidden 128)")
     parser.add_argument("--articles-per-topic", type=positive_int, default=None,
-                        help="use only this many articles of each topic (a quicker, smaller demo)")
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the split, weights and order")
+                        help="use only this many articles of each topic (a quicker, smaller demo; default: all)")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="CPU threads (default: the cores no other process keeps busy, at most 2)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the split, weights and order (default: 0)")
 
 
 def check(args) -> None:
@@ -28,11 +31,12 @@ def check(args) -> None:
 
 def run(args) -> int:
     from bertkit.demo import DemoPlan, run_demo
+    from bertkit.demo.summary import story
 
     out = Path(args.out) if args.out else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     plan = DemoPlan(minutes=args.minutes, preset=args.preset, seed=args.seed,
-                    articles_per_topic=args.articles_per_topic)
+                    articles_per_topic=args.articles_per_topic, threads=args.threads)
     summary = run_demo(out, plan)
-    print(f"\nDone in {summary['total_minutes']} minutes. Summary: {out / 'summary.md'}")
-    print((out / "summary.md").read_text())
+    print("\n" + story(summary))
+    print(f"Run folder: {out} (summary.md embeds the figures; summary.json holds every number)")
     return 0

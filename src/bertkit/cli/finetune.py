@@ -1,4 +1,8 @@
-"""`bertkit finetune`: fine-tune a model on a GLUE task, your own table, SQuAD or NER.
+"""`bertkit finetune`: fine-tune a model on a GLUE task, your own table, SQuAD, NER, or text pairs.
+
+--task embedding trains a bi-encoder (saved as a sentence-transformers model) and --task rerank
+a cross-encoder (a one-label classifier `CrossEncoder` loads) on (anchor, positive[, negatives]
+[, score]) rows from TSV or JSONL (`bertkit.data.pairs`).
 
 Writes into OUT: model/ (HF format with vocabulary, loadable by the matching transformers
 `BertFor...` class; the seed with the best dev main metric, after its last epoch),
@@ -39,7 +43,7 @@ def add_arguments(parser) -> None:
 
     a = parser.add_argument
     a("--model", required=True, type=model_dir, help="pretrained model directory (HF format + vocab.txt)")
-    a("--task", required=True, choices=TASKS, help="GLUE task, classify/regress, squad or ner")
+    a("--task", required=True, choices=TASKS, help="GLUE task, classify/regress, squad, ner, embedding (a bi-encoder) or rerank (a cross-encoder)")
     a("--train", required=True, type=existing_file, help="training file (official layout for GLUE/SQuAD/CoNLL)")
     a("--dev", type=existing_file, help="dev file to evaluate after each epoch (optional for squad --split-articles)")
     a("--out", required=True, help="output folder: model/, results.json, predictions, plots")
@@ -76,6 +80,35 @@ def add_arguments(parser) -> None:
     a("--group-by-length", action="store_true",
       help="batch inputs of similar length together (less padding; faster on CPU)")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    _add_pair_arguments(parser)
+
+
+EMBEDDING_FLAGS = ("pooling", "normalize", "temperature", "symmetric", "grad_cache", "matryoshka_dims")
+TASK_LOSSES = {"embedding": ("contrastive", "cosent"), "rerank": ("bce", "listwise")}
+
+
+def _add_pair_arguments(parser) -> None:
+    """The flags of --task embedding (a bi-encoder) and --task rerank (a cross-encoder)."""
+    a = parser.add_argument
+    a("--pooling", choices=("cls", "mean", "max"), default=None,
+      help="embedding: the sentence vector, [CLS] or the mean / max over the real tokens (default mean)")
+    a("--normalize", action="store_true",
+      help="embedding: the saved model gives unit vectors (a sentence-transformers Normalize module)")
+    a("--loss", choices=("contrastive", "cosent", "bce", "listwise"), default=None,
+      help="embedding: contrastive (in-batch negatives) or cosent (default: cosent when every training row "
+           "has a score, else contrastive); rerank: bce or listwise softmax (default bce)")
+    a("--temperature", type=positive_float, default=None,
+      help="embedding: cosines are divided by this before the softmax (default 0.05, i.e. scale 20)")
+    a("--symmetric", action="store_true",
+      help="embedding, contrastive: also each positive picks its anchor among the batch's anchors")
+    a("--grad-cache", type=positive_int, default=None, metavar="N",
+      help="embedding: cached gradients (GradCache), embedding N texts at a time, so --batch-size is not "
+           "limited by memory (default: the whole batch at once)")
+    a("--matryoshka-dims", type=comma_ints(low=1, unique=True), default=None,
+      help="embedding: also train the first D dimensions of the vectors to work alone, for each D "
+           "(comma-separated; default: full width only)")
+    a("--pos-weight", type=positive_float, default=None,
+      help="rerank, bce: weight of the positives' terms (e.g. the number of negatives per positive; default 1)")
 
 
 def check(args) -> None:
@@ -84,14 +117,36 @@ def check(args) -> None:
         raise UserError("--feature-based applies to --task ner only")
     if args.layers != DEFAULT_LAYERS and not args.feature_based:
         raise UserError("--layers applies to --feature-based only")
-    if args.classifier_dropout is not None and (args.task == "squad" or args.feature_based):
+    if args.classifier_dropout is not None and (args.task in ("squad", "embedding") or args.feature_based):
         raise UserError("--classifier-dropout applies to the classification and tagging heads "
-                        "(not squad's span head or --feature-based)")
+                        "(not squad's span head, embedding or --feature-based)")
+    _check_pair_flags(args)
     if args.split_articles is not None and args.task != "squad":
         raise UserError("--split-articles applies to --task squad only")
     if args.dev is None and args.split_articles is None:
         raise UserError("--dev is required (or, for squad, --split-articles K)")
     check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "fine-tuning result")
+
+
+def _check_pair_flags(args) -> None:
+    given = [f for f in EMBEDDING_FLAGS if getattr(args, f) not in (None, False)]
+    if given and args.task != "embedding":
+        raise UserError(f"--{given[0].replace('_', '-')} applies to --task embedding only")
+    if args.loss is not None and args.loss not in TASK_LOSSES.get(args.task, ()):
+        where = next((t for t, losses in TASK_LOSSES.items() if args.loss in losses), None)
+        raise UserError(f"--loss {args.loss} applies to --task {where} only")
+    if args.symmetric and args.loss == "cosent":
+        raise UserError("--symmetric applies to the contrastive loss, not cosent")
+    if args.pos_weight is not None and (args.task != "rerank" or args.loss == "listwise"):
+        raise UserError("--pos-weight applies to --task rerank with --loss bce only")
+
+
+def _pair_options(args) -> dict:
+    if args.task == "embedding":
+        return {f: getattr(args, f) for f in EMBEDDING_FLAGS} | {"loss": args.loss}
+    if args.task == "rerank":
+        return {"loss": args.loss, "pos_weight": args.pos_weight}
+    return {}
 
 
 def job_from_args(args):
@@ -108,7 +163,8 @@ def job_from_args(args):
         model=args.model, task=args.task, train=args.train, out=args.out, dev=args.dev, hyper=hp,
         max_seq_len=args.max_seq_len, text_columns=columns, label_column=args.label_column,
         feature_based=args.feature_based, layers=args.layers if args.feature_based else None,
-        split_articles=args.split_articles, max_train_examples=args.max_train_examples, device=args.device,
+        split_articles=args.split_articles, max_train_examples=args.max_train_examples, options=_pair_options(args),
+        device=args.device,
         precision=args.precision, eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
 
 

@@ -5,6 +5,7 @@ global batch, split over processes and --grad-accum micro-steps, so results do n
 With --init-from DIR it continues pretraining an existing model (domain adaptation): the
 data must be prepared with DIR's vocab.txt, and the run's model/ is DIR's model after it.
 SIGTERM or Ctrl-C saves a checkpoint and exits with status 143 or 130 (128 + the signal).
+--recipe paper|budget fills the optimisation flags the user did not give (bertkit.pretrain.recipes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ from bertkit.cli.args import (
     tokenizer_dir,
 )
 from bertkit.errors import UserError
+
+# bertkit.pretrain.recipes.RECIPES, repeated so that parsing imports no torch (a test keeps them equal).
+RECIPE_DEFAULTS = {
+    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
+              "dropout": None},
+    "budget": {"objective": "mlm", "batch_size": 64, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
+               "dropout": 0.0},
+}
+
+
+def recipe_help(name: str) -> str:
+    """'(default: paper X, budget Y)' for the help of a flag a recipe fills."""
+    values = [f"{r} {'the model config' if v[name] is None else v[name]}" for r, v in RECIPE_DEFAULTS.items()]
+    return f"(default: {', '.join(values)})"
 
 
 def preset_name(text: str) -> str:
@@ -51,16 +66,23 @@ def add_arguments(parser) -> None:
     a("--data", required=True, type=existing_dir, help="folder written by `bertkit prepare`")
     a("--out", required=True, help="run folder: checkpoints/, model/, metrics.jsonl, loss.png, ...")
     a("--preset", type=preset_name, default="mini", help="model shape: tiny, mini, small, medium, base, large")
+    a("--recipe", default="paper", choices=("paper", "budget"),
+      help="paper: BERT's settings; budget: no NSP, no dropout, higher lr, and with --minutes an lr schedule "
+           "over wall-clock time that reaches 0 at the deadline; flags given explicitly win")
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--steps", type=positive_int, help="optimizer updates (default 1000)")
     length.add_argument("--minutes", type=positive_float, help="train for this much wall-clock time instead")
-    a("--objective", default="mlm+nsp", choices=("mlm+nsp", "mlm", "ltr"),
-      help="mlm+nsp (BERT), mlm (no NSP), ltr (left-to-right, next token)")
-    a("--batch-size", type=positive_int, default=32, help="global batch in sequences")
+    a("--objective", default=None, choices=("mlm+nsp", "mlm", "ltr"),
+      help="mlm+nsp (BERT), mlm (no NSP), ltr (left-to-right, next token) " + recipe_help("objective"))
+    a("--batch-size", type=positive_int, default=None, help="global batch in sequences " + recipe_help("batch_size"))
     a("--grad-accum", type=positive_int, default=1, help="micro-steps per update")
-    a("--lr", type=positive_float, default=1e-4, help="peak learning rate")
-    a("--warmup", type=nonnegative_float, default=0.01, help="warm-up: below 1 a fraction of the run, else steps")
-    a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
+    a("--lr", type=positive_float, default=None, help="peak learning rate " + recipe_help("lr"))
+    a("--warmup", type=nonnegative_float, default=None,
+      help="warm-up: below 1 a fraction of the run, else steps " + recipe_help("warmup"))
+    a("--weight-decay", type=nonnegative_float, default=None,
+      help="AdamW's decoupled weight decay " + recipe_help("weight_decay"))
+    a("--dropout", type=float_in(0, 1, high_open=True), default=None,
+      help="every dropout while pretraining; the saved config keeps the model's own " + recipe_help("dropout"))
     a("--mask-rate", type=float_in(0, 1, low_open=True, high_open=True), default=0.15,
       help="fraction of tokens to predict")
     a("--whole-word-mask", action="store_true", help="mask every piece of a chosen word")
@@ -98,7 +120,7 @@ def check(args) -> None:
 
     if args.resume and args.overwrite:
         raise UserError("--resume continues a run and --overwrite starts it again: give one")
-    if args.minutes is not None and args.warmup >= 1:
+    if args.minutes is not None and args.warmup is not None and args.warmup >= 1:
         raise UserError("with --minutes, give --warmup as a fraction of the run (below 1)")
     if args.init_from and args.config_json:
         raise UserError("--config-json does not apply with --init-from: the model's shape is its config.json")
@@ -127,6 +149,6 @@ def run(args) -> int:
         log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep, seed=args.seed,
         resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,
         tokenizer=args.tokenizer, config_overrides=args.config_json or {}, overwrite=args.overwrite,
-        init_from=args.init_from,
+        init_from=args.init_from, recipe=args.recipe, dropout=args.dropout,
     )
     return pretrain(cfg)

@@ -83,7 +83,7 @@ def decode_answers(examples, features, start_logits, end_logits, n_best: int = 2
     """
     best: dict[int, tuple[float, int, int, int]] = {}
     for f in range(len(features)):
-        span = _best_span(features, f, start_logits[f], end_logits[f], n_best, max_answer_len)
+        span = best_span(features, f, start_logits[f], end_logits[f], n_best, max_answer_len)
         if span is None:
             continue
         example = int(features.example_index[f])
@@ -99,7 +99,7 @@ def decode_answers(examples, features, start_logits, end_logits, n_best: int = 2
     return predictions
 
 
-def _best_span(features, f: int, start_row, end_row, n_best: int, max_answer_len: int):
+def best_span(features, f: int, start_row, end_row, n_best: int, max_answer_len: int):
     """(score, start, end) of window f's best valid span among its n_best starts and ends; or None."""
     n = len(features.offsets[f])
     start_logits = np.asarray(start_row, dtype=np.float64)[:n]

@@ -100,8 +100,9 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
     start = time.time()
     g = torch.Generator().manual_seed(seed)
     features = train.features
-    per_epoch = math.ceil(len(features) / hp.batch_size)
-    total = per_epoch * hp.epochs
+    plan = [_batches(task, train, hp, g) for _ in range(hp.epochs)]  # the same draws, epoch by epoch
+    per_epoch = len(plan[0])
+    total = sum(map(len, plan))
     warm = warmup_steps(hp.warmup, total)
     model.to(rt.device)
     optimizer = build_optimizer(model, hp.lr, hp.weight_decay)
@@ -113,7 +114,7 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
     for epoch in range(1, hp.epochs + 1):
         model.train()
         first = len(step_losses)
-        for indices in epoch_batches(train.lengths, hp.batch_size, g, hp.group_by_length):
+        for indices in plan[epoch - 1]:
             lr = lr_at(step, total, warm, hp.lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -139,6 +140,15 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
     run = SeedRun(seed, epochs[-1] if epochs else {}, epochs, curve.evals, losses, step, time.time() - start)
     run.dev = {k: v for k, v in run.dev.items() if k not in ("epoch", "train_loss")}
     return run, curve.predictions
+
+
+def _batches(task: Task, train: Prepared, hp: Hyper, g: torch.Generator) -> list[list[int]]:
+    """One epoch's batches: the task's own when it has a rule (no repeated text in a contrastive
+    batch), else `epoch_batches`."""
+    own = getattr(task, "batches", None)
+    if own is not None:
+        return own(train, hp.batch_size, g)
+    return epoch_batches(train.lengths, hp.batch_size, g, hp.group_by_length)
 
 
 class _Curve:

@@ -18,15 +18,23 @@ if TYPE_CHECKING:  # for the hints only: importing the tasks (and torch) waits u
 
 RUN_FILE = "finetune.json"  # in OUT/model: the task's settings and the run's arguments
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli")
-TASKS = (*GLUE_TASKS, "classify", "regress", "squad", "ner")
+PAIR_TASKS = ("embedding", "rerank")  # trained on (anchor, positive[, negatives][, score]) rows
+TASKS = (*GLUE_TASKS, "classify", "regress", "squad", "ner", *PAIR_TASKS)
 
 
 def make_task(name: str, tokenizer, max_seq_len: int | None = None, text_columns: list[str] | None = None,
               label_column: str | None = None, labels: list[str] | None = None, feature_based: bool = False,
               model_dir: Path | None = None, rt: Runtime | None = None,
-              layers: tuple[int, ...] | None = None, combine: str = "concat") -> Task:
+              layers: tuple[int, ...] | None = None, combine: str = "concat", options: dict | None = None) -> Task:
     """The task object for a task name (see TASKS). `labels` fixes the label set (a saved model's);
-    otherwise GLUE's official set, or the training set's (`fit_labels`) for your own data."""
+    otherwise GLUE's official set, or the training set's (`fit_labels`) for your own data.
+    `options` are the pair tasks' settings (pooling, loss, temperature, ...; see their classes)."""
+    if name in PAIR_TASKS:
+        from bertkit.finetune.embedding import EmbeddingTask
+        from bertkit.finetune.rerank import RerankTask
+
+        kind = EmbeddingTask if name == "embedding" else RerankTask
+        return kind(tokenizer, max_seq_len or 128, **{k: v for k, v in (options or {}).items() if v is not None})
     if name == "squad":
         from bertkit.finetune.squad import QATask
 
@@ -92,9 +100,15 @@ def task_for_model(name: str, model_dir: Path, rt: Runtime, max_seq_len: int | N
     if feature_based:
         tagger = read_tagger_config(model_dir)
         labels, layers, combine = tagger["labels"], tuple(tagger["layers"]), tagger.get("combine", "concat")
-    elif config.id2label and name not in ("squad", "regress", "stsb"):
+    elif config.id2label and name not in ("squad", "regress", "stsb", *PAIR_TASKS):
         labels = [config.id2label[i] for i in sorted(config.id2label)]
     return make_task(name, tokenizer, max_seq_len or saved.get("max_seq_len"),
                      text_columns or saved.get("text_columns"), label_column or saved.get("label_column"),
                      labels=labels, feature_based=feature_based, model_dir=model_dir, rt=rt, layers=layers,
-                     combine=combine)
+                     combine=combine, options=_pair_options(saved) if name in PAIR_TASKS else None)
+
+
+def _pair_options(saved: dict) -> dict:
+    """A pair task's saved settings, as `make_task` options (the run's arguments left out)."""
+    keep = ("pooling", "loss", "temperature", "symmetric", "grad_cache", "matryoshka_dims", "normalize", "pos_weight")
+    return {k: saved[k] for k in keep if k in saved}

@@ -35,6 +35,7 @@ class FinetuneJob:
     combine: str = "concat"  # feature_based: "concat" or "sum" (or "mean") the chosen layers
     split_articles: int | None = None  # squad: train on K articles of `train`
     max_train_examples: int | None = None  # a random subset of the training examples (seed 0)
+    options: dict = field(default_factory=dict)  # embedding / rerank: pooling, loss, temperature, ...
     device: str = "auto"
     precision: str = "fp32"
     eval_batch_size: int = 64
@@ -67,7 +68,7 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
     task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
                      feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers,
-                     combine=job.combine)
+                     combine=job.combine, options=job.options)
     check_length(task, config, model_dir)
     task.classifier_dropout = job.hyper.classifier_dropout
     t0 = time.time()

@@ -8,12 +8,19 @@ permutation drawn from (seed, epoch) and the stream position is checkpointed; ma
 generator seeded from (seed, step, micro-step); dropout's generator is re-seeded from
 (seed, step, rank) at every step. A run resumed from a checkpoint therefore computes exactly
 what the uninterrupted run computed, bit for bit on CPU.
+
+With the budget recipe and a time budget (`TrainConfig.time_schedule`) the step's learning rate
+is the time schedule's value at the moment the step is expected to end (elapsed time plus the
+last steps' mean duration), and the loop stops when the next step would end past the deadline:
+the run ends on time with the learning rate at ~0. Time is checkpointed, so a resumed run
+continues the same schedule; a time-scheduled run is not bit-reproducible (it follows the clock).
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +40,7 @@ from bertkit.pretrain.setup import (
     check_resume,
     check_run_dir,
     clear_run_dir,
+    data_note,
     model_config,
     open_data,
     run_record,
@@ -46,7 +54,7 @@ from bertkit.train.checkpoint import (
 )
 from bertkit.train.compile import compile_blocks
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
-from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
+from bertkit.train.optim import build_optimizer, lr_at, lr_at_time, warmup_steps
 
 
 class DataStream:
@@ -128,6 +136,10 @@ def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         model = cls(model_config(cfg, manifest))
     model.to(device)
+    if cfg.dropout is not None:
+        from bertkit.pretrain.recipes import set_dropout
+
+        set_dropout(model, cfg.dropout)
     optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
     if checkpoint is not None:
         load_optimizer(checkpoint, optimizer)
@@ -208,6 +220,9 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
             began = f"starting fresh (--resume found no checkpoint in {cfg.out})" if cfg.resume else "starting"
             if cfg.init_from:
                 print(init_report(cfg.init_from, model.load_report), flush=True)
+        note = data_note(cfg, train.manifest)
+        if note:
+            print(note, file=sys.stderr, flush=True)
         print(f"{began}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
               f"sequences, {d.world_size} process(es) on {device}", flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
@@ -228,14 +243,19 @@ class _Loop:
         self.total = cfg.total_steps
         self.warmup = warmup_steps(cfg.warmup, self.total) if self.total else cfg.warmup
         self.budget = cfg.minutes * 60 if cfg.minutes is not None else None
+        self.step_s = 0.0  # mean seconds per step lately (time schedule only)
 
     def lr(self, step: int, elapsed: float) -> float:
+        if self.cfg.time_schedule:  # the value when this step is expected to end
+            return lr_at_time(elapsed + self.step_s, self.budget, self.cfg.warmup, self.cfg.lr)
         if self.budget is not None:  # a time budget: the schedule runs on milliseconds
             ms = self.budget * 1000
             return lr_at(elapsed * 1000, ms, self.warmup * ms, self.cfg.lr)
         return lr_at(step, self.total, self.warmup, self.cfg.lr)
 
     def done(self, step: int, elapsed: float) -> bool:
+        if self.cfg.time_schedule:  # the next step would end past the deadline
+            return elapsed + self.step_s > self.budget
         return elapsed >= self.budget if self.budget is not None else step >= self.total
 
     def run(self, step: int, stream: DataStream, elapsed: float) -> int:
@@ -243,6 +263,7 @@ class _Loop:
         last_eval = last_save = step if self.log.resumed_step is not None else -1
         meter = Throughput(self.model, cfg, int(self.train.manifest["max_seq_len"]), self.device, step, elapsed)
         started = time.perf_counter() - elapsed
+        first_step = step + 1
         stopped = False  # a signal reached some rank: every rank stops after the same step
         with StopRequest() as stop:
             while not self.done(step, elapsed):
@@ -256,6 +277,7 @@ class _Loop:
                     self.save(step, stream, elapsed)
                     last_save = step
                 torch.manual_seed(derived_seed(cfg.seed, step, d.rank, 1))  # dropout's generator
+                step_began = time.perf_counter()
                 losses = self.accumulate(step, stream)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     self.model.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
@@ -263,9 +285,12 @@ class _Loop:
                 self.optimizer.zero_grad(set_to_none=True)
                 step += 1
                 meter.add(losses)
-                stopping, elapsed = agree([float(stop.signum is not None), time.perf_counter() - started],
-                                          d, self.device)
+                now = time.perf_counter()
+                stopping, elapsed, step_s = agree([float(stop.signum is not None), now - started, now - step_began],
+                                                  d, self.device)
                 stopped = bool(stopping)
+                if step > first_step:  # the first step of a process is slow (allocation, kernel set-up)
+                    self.step_s = 0.8 * self.step_s + 0.2 * step_s if self.step_s else step_s
                 if step % cfg.log_every == 0 or self.done(step, elapsed) or stopped:
                     self.report(step, lr, grad_norm, meter, elapsed)
                 if stopped:

@@ -29,12 +29,15 @@ class TrainConfig:
     preset: str = "mini"  # model shape, see bertkit.config.PRESETS
     steps: int | None = None  # optimizer updates; default 1000 unless `minutes` is given
     minutes: float | None = None  # wall-clock budget instead of a step count
-    objective: str = "mlm+nsp"  # "mlm+nsp", "mlm" or "ltr"
-    batch_size: int = 32  # sequences per update, over all processes and micro-steps
+    # The next six fields: None takes the recipe's value (bertkit.pretrain.recipes.RECIPES).
+    recipe: str = "paper"  # "paper" (BERT's settings) or "budget" (what learns most in little time)
+    objective: str | None = None  # "mlm+nsp", "mlm" or "ltr"
+    batch_size: int | None = None  # sequences per update, over all processes and micro-steps
     grad_accum: int = 1  # micro-steps per update
-    lr: float = 1e-4  # peak learning rate
-    warmup: float = 0.01  # below 1: fraction of the run; otherwise steps
-    weight_decay: float = 0.01  # decoupled, not on biases and LayerNorm
+    lr: float | None = None  # peak learning rate
+    warmup: float | None = None  # below 1: fraction of the run; otherwise steps
+    weight_decay: float | None = None  # decoupled, not on biases and LayerNorm
+    dropout: float | None = None  # every dropout while pretraining; None: the model config's (saved as is)
     mask_rate: float = 0.15  # fraction of tokens predicted
     whole_word_mask: bool = False  # mask all pieces of a word together
     mask_rule: str = "80/10/10"  # of the chosen tokens, percent [MASK] / random / kept (Table 8's ablations)
@@ -56,6 +59,12 @@ class TrainConfig:
 
 
     def __post_init__(self):
+        from bertkit.pretrain.recipes import RECIPE_FIELDS, resolve
+
+        for name, value in resolve(self.recipe, {k: getattr(self, k) for k in RECIPE_FIELDS}).items():
+            object.__setattr__(self, name, value)  # frozen: filled once, here
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise UserError(f"dropout must be in [0, 1), not {self.dropout}")
         if self.objective not in OBJECTIVES:
             raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
         if self.precision not in ("fp32", "bf16"):
@@ -96,6 +105,12 @@ class TrainConfig:
         return MaskingConfig.from_rule(self.mask_rule, self.mask_rate, self.whole_word_mask)
 
     @property
+    def time_schedule(self) -> bool:
+        """The budget recipe with `minutes`: the lr follows wall-clock time to 0 at the deadline
+        (bertkit.train.optim.lr_at_time), and the loop stops before a step would overrun it."""
+        return self.recipe == "budget" and self.minutes is not None
+
+    @property
     def total_steps(self) -> int | None:
         """The step count, or None for a time-budgeted run."""
         if self.minutes is not None:
@@ -110,7 +125,7 @@ class TrainConfig:
 # (weight_decay too: the optimizer's groups come back from the checkpoint.) The model's shape
 # (preset, config_overrides), the data and the tokenizer are compared by what they resolve to.
 _RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule",
-                 "weight_decay", "init_from")
+                 "weight_decay", "init_from", "recipe", "dropout")
 # Never recorded as a change: how this invocation was asked to treat the folder.
 _RESUME_IGNORED = ("resume", "overwrite")
 # Manifest entries that say when and from where data was made, not what it holds.
@@ -203,6 +218,14 @@ def open_data(cfg: TrainConfig):
         raise UserError(f"--objective mlm+nsp needs data prepared with sentence pairs (format nsp), "
                         f"this is {train.manifest.get('format')!r}: use --objective mlm", data)
     return train, val, tokenizer
+
+
+def data_note(cfg: TrainConfig, manifest: dict) -> str | None:
+    """A hint, once every check has passed, when the budget recipe's MLM gets padded sentence pairs."""
+    if cfg.recipe == "budget" and cfg.objective == "mlm" and manifest.get("format") != "packed":
+        return (f"note: {cfg.data} holds sentence pairs with padding; the budget recipe learns more per minute on "
+                f"packed sequences (bertkit prepare --format packed)")
+    return None
 
 
 def check_run_dir(cfg: TrainConfig, has_checkpoint: bool) -> None:

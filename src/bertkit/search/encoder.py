@@ -77,3 +77,27 @@ class Encoder:
         return embed_texts(self.model, self.tokenizer, texts, pooling=self.pooling, normalize=True,
                            batch_size=self.batch_size, max_length=self.max_length, device=self.device,
                            progress=progress, report=report)
+
+
+def write_sentence_transformers_files(model_dir: str | os.PathLike, pooling: str, max_length: int, width: int,
+                                      normalize: bool = False) -> None:
+    """Beside an HF encoder directory, the files that make it a sentence-transformers model:
+    Transformer -> Pooling (`pooling`) [-> Normalize], the pooling `model_pooling` reads back."""
+    from bertkit.io import write_json
+
+    model_dir = Path(model_dir)
+    if pooling not in _MODES.values():
+        raise UserError(f"pooling must be one of {', '.join(_MODES.values())}, not {pooling!r}")
+    modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Normalize", "Normalize")] if normalize else [])
+    write_json(model_dir / "modules.json", [{"idx": i, "name": str(i), "path": path,
+                                             "type": f"sentence_transformers.models.{kind}"}
+                                            for i, (path, kind) in enumerate(modules)])
+    write_json(model_dir / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
+    (model_dir / "1_Pooling").mkdir(exist_ok=True)
+    write_json(model_dir / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": width, **{key: name == pooling for key, name in _MODES.items()},
+        "pooling_mode_mean_sqrt_len_tokens": False})
+    if normalize:
+        (model_dir / "2_Normalize").mkdir(exist_ok=True)
+    write_json(model_dir / "config_sentence_transformers.json",
+               {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None})

@@ -6,7 +6,9 @@ from the gradient (Loshchilov & Hutter), as in `torch.optim.AdamW`.
 
 The schedule is the paper's: linear warm-up from 0 to the peak, then linear decay to 0 at the
 last step. `lr_at` takes floats so a time-budgeted run (`--minutes`) can use seconds in place of
-steps with the same function.
+steps with the same function. `lr_at_time` is the budget recipe's schedule: the same shape over
+wall-clock seconds, starting at 0 and reaching 0 exactly at the end of the budget (Izsak et al.
+2021 tie warm-up and decay to the time budget; cramming does the same for its one day).
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ def lr_at(step: float, total: float, warmup: float, peak: float) -> float:
     if total <= warmup:
         return peak
     return peak * max(0.0, (total - step) / (total - warmup))
+
+
+def lr_at_time(elapsed_s: float, budget_s: float, warmup: float, peak: float) -> float:
+    """The learning rate `elapsed_s` seconds into a run of `budget_s` seconds.
+
+    Linear from 0 at t = 0 to `peak` at t = warmup * budget_s (`warmup` a fraction in [0, 1)),
+    then linear to exactly 0 at t = budget_s, and 0 from then on (a run that overshoots its
+    budget takes no further step of any size).
+    """
+    if budget_s <= 0:
+        raise ValueError(f"budget must be positive, got {budget_s} s")
+    if not 0 <= warmup < 1:
+        raise ValueError(f"warmup is a fraction of the budget in [0, 1), got {warmup}")
+    t = min(max(elapsed_s, 0.0), budget_s)
+    rise = warmup * budget_s
+    if t < rise:
+        return peak * t / rise
+    return peak * (budget_s - t) / (budget_s - rise)
 
 
 def warmup_steps(warmup: float, total: int) -> int:

@@ -1,0 +1,98 @@
+"""`bertkit serve --model DIR [--model NAME=DIR ...]`: an HTTP inference service.
+
+Routes by what each model directory holds (`bertkit.serve.models`): /embed and /v1/embeddings
+(TEI and OpenAI shapes), /rerank, /predict, /fill-mask, /qa, /ner, /tokenize; GET /health,
+/info, /metrics. Requests are batched by a token budget (`bertkit.serve.batcher`). Listens on
+loopback unless --host says otherwise. Every directory is checked (config, heads, tokenizer,
+weights' header) before the port opens; the weights then load while /health answers 503.
+SIGTERM drains: accepted requests are answered, then the command exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bertkit.cli.args import (
+    device_name,
+    int_at_least,
+    int_between,
+    model_dir,
+    positive_float,
+    positive_int,
+)
+from bertkit.errors import UserError
+
+API_KEY_ENV = "BERTKIT_API_KEY"
+
+
+def model_entry(text: str) -> tuple[str, str]:
+    """--model DIR or NAME=DIR."""
+    from bertkit.serve.models import parse_entry
+
+    try:
+        name, folder = parse_entry(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name, model_dir(folder)
+
+
+def add_arguments(parser) -> None:
+    from bertkit.serve.backend import BACKENDS
+    from bertkit.serve.requests import Limits
+
+    d = Limits()
+    a = parser.add_argument
+    a("--model", action="append", required=True, type=model_entry, metavar="[NAME=]DIR",
+      help="a model directory to serve, optionally named (the request's \"model\" field picks one; "
+           "the first is the default); repeat for several")
+    a("--host", default="127.0.0.1", help="address to listen on (loopback: only this machine)")
+    a("--port", type=int_between(0, 65535), default=8080, help="TCP port (0: any free port, printed)")
+    a("--api-key", help=f"require `Authorization: Bearer KEY` on every route but /health (default: ${API_KEY_ENV})")
+    a("--backend", choices=tuple(BACKENDS), default="torch", help="what runs the model")
+    a("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    a("--max-batch-tokens", type=positive_int, default=d.max_batch_tokens,
+      help="padded tokens per forward pass (longest input x inputs)")
+    a("--max-batch-size", type=positive_int, default=d.max_batch_size, help="inputs per forward pass (1: no batching)")
+    a("--max-queue", type=positive_int, default=d.max_queue, help="requests accepted and not yet answered (more: 429)")
+    a("--max-inputs", type=positive_int, default=d.max_inputs, help="texts in one request (more: 413)")
+    a("--max-body-bytes", type=int_at_least(1024), default=d.max_body_bytes, help="request body size (more: 413)")
+    a("--max-input-chars", type=positive_int, default=d.max_input_chars,
+      help="characters in one text, checked before tokenizing (more: 422)")
+    a("--body-timeout", type=positive_float, default=d.body_timeout,
+      help="seconds to receive a request's whole body (slower: 408)")
+
+
+def check(args) -> None:
+    names = [name for name, _ in args.model]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--model: name {twice[0]!r} given twice; name them NAME=DIR")
+    if args.api_key is None:
+        args.api_key = os.environ.get(API_KEY_ENV)
+    if args.api_key is not None and not args.api_key.strip():
+        raise UserError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    if not args.host.strip():
+        raise UserError("--host is empty")
+
+
+def run(args) -> int:
+    from bertkit.devices import resolve_device
+    from bertkit.serve.app import Service, create_app
+    from bertkit.serve.models import describe
+    from bertkit.serve.requests import Limits
+    from bertkit.serve.server import listen
+    from bertkit.serve.server import run as serve
+
+    specs = [describe(name, folder) for name, folder in args.model]
+    limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
+                    args.max_input_chars, args.body_timeout)
+    device = str(resolve_device(args.device))
+    service = Service(specs, limits, args.backend, device)
+    sock = listen(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"bertkit serve: listening on http://{shown}:{port} (models: "
+          f"{', '.join(f'{s.name}={s.path}' for s in specs)}; loading)", file=sys.stderr, flush=True)
+    return serve(create_app(service, args.api_key), service, sock)

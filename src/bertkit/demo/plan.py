@@ -1,0 +1,71 @@
+"""The demo's plan: sizes, label budgets, the time budget of every stage, and the thread count.
+
+The whole demo has one budget (`--minutes`). Every stage after pretraining is a fixed workload
+whose time is estimated from the number of articles (measured with one thread on this project's
+2-core machine), and pretraining gets what is left when it starts, so a slow vocabulary or a slow
+disk shortens pretraining instead of the demo overrunning.
+
+Threads: on a machine another job shares, PyTorch's default (one thread per core) made each
+pretraining step about 3x slower, since every OpenMP barrier waits for the thread whose core is
+taken; one thread kept most of its speed. `choose_threads` takes the cores no other process is
+using (from the load average), at most two.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# One-thread costs that size the stages after pretraining (seconds), measured on the quiet 2-core
+# machine. `slowdown` scales them: the demo times MiniLM on a few articles before pretraining.
+MINILM_SECONDS_PER_ARTICLE = 0.05  # all-MiniLM-L6-v2 at 128 tokens: ~20 articles/s
+SMALL_SECONDS_PER_ARTICLE = 0.006  # the demo's shape (tiny preset), pretrained and random: two passes
+WORD2VEC_SECONDS_PER_ARTICLE = 0.008  # skip-gram, 5 epochs, on the training articles
+FIXED_SECONDS = {"fill-mask": 5.0, "senses": 10.0, "labels": 10.0, "summary": 3.0}
+
+
+@dataclass
+class DemoPlan:
+    """What the demo runs; `minutes` is the whole demo's budget."""
+
+    minutes: float = 12.0
+    vocab_size: int = 8000
+    max_seq_len: int = 128
+    # tiny (2 layers, hidden 128) sees ~25x more text than mini in the same CPU minutes, which
+    # matters more than depth on a 1M-word corpus.
+    preset: str = "tiny"
+    pretrain_lr: float = 1e-3
+    test_fraction: float = 0.2
+    articles_per_topic: int | None = None  # a smaller demo (tests); None takes every article
+    # Labelled training articles per topic for the frozen-feature probe; every training article
+    # is the last budget. Small budgets are where pretraining shows (with every label a random
+    # model's features are nearly as good).
+    label_budgets: tuple[int, ...] = (4, 16, 64)
+    probe_draws: int = 5  # different labelled subsets per budget (their mean accuracy is reported)
+    probe_max_len: int = 128  # tokens of each article the probe's encoders read
+    threads: int | None = None  # None: choose_threads()
+    seed: int = 0
+
+    def later_seconds(self, articles: int, slowdown: float = 1.0) -> dict[str, float]:
+        """Planned seconds of each stage after pretraining, for `articles` articles in all, on a
+        machine `slowdown` times slower than the quiet one."""
+        encode = articles * (MINILM_SECONDS_PER_ARTICLE + SMALL_SECONDS_PER_ARTICLE)
+        return {"fill-mask": FIXED_SECONDS["fill-mask"],
+                "senses": FIXED_SECONDS["senses"] + slowdown * articles * WORD2VEC_SECONDS_PER_ARTICLE,
+                "labels": FIXED_SECONDS["labels"] + slowdown * encode,
+                "summary": FIXED_SECONDS["summary"]}
+
+    def pretrain_seconds(self, elapsed: float, articles: int, slowdown: float = 1.0) -> float:
+        """What the budget leaves for pretraining once `elapsed` seconds are spent (at least 6 s)."""
+        left = self.minutes * 60 - elapsed - sum(self.later_seconds(articles, slowdown).values())
+        return max(6.0, left)
+
+
+def choose_threads(requested: int | None = None) -> int:
+    """`requested` if given, else the cores that no other process keeps busy, between 1 and 2."""
+    if requested:
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    free = int(cores - busy + 0.5)
+    return max(1, min(2, free))

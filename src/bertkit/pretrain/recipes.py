@@ -1,0 +1,56 @@
+"""Named pretraining recipes: the optimisation settings a run takes unless its flags say otherwise.
+
+"paper" is BERT's (Devlin et al. 2018, section A.2; at the small scale this project runs by
+default): MLM + NSP on sentence pairs, batch 32, peak lr 1e-4, 1% warm-up then linear decay,
+weight decay 0.01, dropout 0.1 (the model config's own). It is what `bertkit pretrain` did
+before recipes existed, to the bit.
+
+"budget" applies what later work learned about pretraining on little compute, at the values
+measured on the demo's BBC News corpus (README, "Pretraining recipes"):
+- no NSP, MLM on packed full-length sequences (RoBERTa, Liu et al. 2019: NSP does not help,
+  and packing wastes no position on padding);
+- no dropout while pretraining (cramming, Geiping & Goldstein 2022: one pass over the data
+  cannot overfit, and dropout only slows learning); the saved model keeps its config's 0.1 so
+  fine-tuning regularises as BERT's does;
+- a peak learning rate 10x the paper's with a short warm-up (cramming, MosaicBERT);
+- with `minutes`, a schedule over wall-clock time that reaches 0 exactly when the budget ends
+  (Izsak et al. 2021, "How to train BERT with an academic budget"; cramming), rather than over
+  a step count guessed up front;
+- the sparse MLM head (logits only at the masked positions) is always on in bertkit.
+
+A recipe fills only the fields a caller left unset (None): `TrainConfig(recipe="budget",
+lr=5e-4)` takes the budget recipe with that learning rate; the CLI's flags work the same way.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from bertkit.errors import UserError
+
+# The fields a recipe sets, each with its value per recipe. dropout None: the model config's own.
+# bertkit.cli.pretrain.RECIPE_DEFAULTS repeats this table for the help text.
+RECIPES: dict[str, dict] = {
+    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
+              "dropout": None},
+    "budget": {"objective": "mlm", "batch_size": 64, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
+               "dropout": 0.0},
+}
+RECIPE_FIELDS = tuple(RECIPES["paper"])
+
+
+def resolve(recipe: str, given: dict) -> dict:
+    """`given` (field -> value or None) with every None replaced by the recipe's value."""
+    if recipe not in RECIPES:
+        raise UserError(f"recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
+    return {name: RECIPES[recipe][name] if given.get(name) is None else given[name] for name in RECIPE_FIELDS}
+
+
+def set_dropout(model: nn.Module, p: float) -> None:
+    """Every dropout of `model`, attention probabilities included, to `p` for this run only:
+    the model's config (and so the saved config.json) keeps its own rates."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = p
+        if hasattr(module, "attn_dropout"):  # bertkit.model's attention passes it to SDPA
+            module.attn_dropout = p

@@ -1,0 +1,214 @@
+"""The ASGI app of `bertkit serve` (Starlette): routes, the request path, loading and draining.
+
+A POST request goes: phase check (503 while loading or draining) -> bounded body -> JSON ->
+model choice -> the queue bound (429) -> validate and tokenize on the tokenizing thread ->
+rows to the batcher (the model runs on its worker thread) -> the response built on the
+tokenizing thread again. The event loop only moves bytes, so a long tokenization or forward
+pass never stalls other clients.
+
+The model a request uses is its "model" field, a name given as `--model NAME=DIR`; without one,
+the first model given. With a single model the field is not checked, as TEI ignores it (OpenAI
+clients always send one). A model that lacks the route's head answers 404.
+
+Models load on a thread after the port is open: until then every model route answers 503 and
+GET /health too. `drain()` (SIGTERM) makes every new request answer 503 while those already
+accepted finish; the app's shutdown then lets the batcher finish its queue.
+
+With an API key set, every request but GET /health needs `Authorization: Bearer KEY`
+(compared in constant time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+
+from bertkit.errors import UserError
+from bertkit.serve import routes, spans
+from bertkit.serve.backend import BACKENDS, pad_batch
+from bertkit.serve.batcher import Batcher, Job, Row
+from bertkit.serve.metrics import Metrics
+from bertkit.serve.models import ModelSpec
+from bertkit.serve.requests import ApiError, Limits, parse_json, read_body
+
+PREPARE = {"/embed": routes.embed, "/v1/embeddings": routes.openai_embeddings, "/rerank": routes.rerank,
+           "/predict": routes.predict, "/tokenize": routes.tokenize, "/ner": spans.ner, "/qa": spans.qa,
+           "/fill-mask": spans.fill_mask}
+
+
+class Service:
+    """The served models, their backends, the batcher and the phase (loading, ready, draining, failed)."""
+
+    def __init__(self, specs: list[ModelSpec], limits: Limits | None = None, backend="torch", device: str = "cpu",
+                 log=None):
+        self.specs = {s.name: s for s in specs}
+        self.default = specs[0].name
+        self.limits, self.device = limits or Limits(), device
+        limits = self.limits
+        self.factory = BACKENDS[backend] if isinstance(backend, str) else backend
+        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+        self.backends: dict = {}
+        self.phase, self.error = "loading", None
+        self.in_flight = 0
+        self.log = log or (lambda line: print(f"bertkit serve: {line}", file=sys.stderr, flush=True))
+        self.on_failure = lambda: None  # set by whoever runs the server: stop it
+        self.metrics = Metrics(lambda: self.batcher.waiting, lambda: self.in_flight)
+        self.batcher = Batcher(self._run, limits.max_batch_tokens, limits.max_batch_size, self.metrics.batch)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="bertkit-serve-tokenize")
+
+    def load(self) -> None:
+        """Load every model's backend (on a thread), then serve; a failure stops the server."""
+        try:
+            for name, spec in self.specs.items():
+                self.backends[name] = self.factory(spec, self.device)
+        except Exception as e:  # noqa: BLE001 - a UserError (bad weights) or anything else: one line, then stop
+            self.error = str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            self.phase = "failed"
+            self.on_failure()
+            return
+        if self.phase == "loading":
+            self.phase = "ready"
+            self.log(f"ready: {', '.join(f'{s.name} ({s.kind})' for s in self.specs.values())}")
+
+    def drain(self) -> None:
+        if self.phase in ("loading", "ready"):
+            self.phase = "draining"
+
+    def _run(self, key: tuple[str, str], rows: list[Row]) -> list:
+        name, op = key
+        batch = pad_batch([(r.ids, r.type_ids) for r in rows], self.specs[name].tokenizer.pad_id)
+        return self.backends[name].run(op, batch)
+
+    def pick(self, body: dict, route: str) -> ModelSpec:
+        name = body.get("model")
+        if len(self.specs) == 1 or name is None:
+            spec = self.specs[self.default]
+        elif not isinstance(name, str) or name not in self.specs:
+            raise ApiError(404, f"no model {str(name)[:64]!r}; served: {', '.join(self.specs)}")
+        else:
+            spec = self.specs[name]
+        if route not in spec.routes:
+            raise ApiError(404, f"model {spec.name!r} ({spec.kind}) does not serve {route}; it serves "
+                                f"{', '.join(spec.routes)}")
+        return spec
+
+    async def answer(self, route: str, request) -> tuple[int, object]:
+        """(status, JSON body) for one POST request."""
+        if self.phase != "ready":
+            raise ApiError(503, "draining: the server is shutting down" if self.phase != "loading"
+                           else "loading the models; retry shortly")
+        body = parse_json(await read_body(request.stream(), request.headers.get("content-length"), self.limits))
+        spec = self.pick(body, route)
+        if self.in_flight >= self.limits.max_queue:
+            raise ApiError(429, f"queue full ({self.limits.max_queue} requests waiting); retry later")
+        loop = asyncio.get_running_loop()
+        self.in_flight += 1
+        try:
+            work = await loop.run_in_executor(self.pool, PREPARE[route], spec, body, self.limits)
+            outputs = []
+            if work.op is not None:
+                job = Job(loop, len(work.rows))
+                self.batcher.submit([Row((spec.name, work.op), ids, types, job, i)
+                                     for i, (ids, types) in enumerate(work.rows)])
+                outputs = await job.future
+            return 200, await loop.run_in_executor(self.pool, work.finish, outputs)
+        finally:
+            self.in_flight -= 1
+
+    def info(self) -> dict:
+        from bertkit import __version__
+
+        return {"version": __version__, "phase": self.phase, "backend": self.backend_name,
+                "default_model": self.default, "models": [s.info() for s in self.specs.values()],
+                "limits": asdict(self.limits)}
+
+
+def error_response(e: ApiError):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+class ApiKey:
+    """ASGI middleware: 401 unless `Authorization: Bearer KEY` (GET /health is open)."""
+
+    def __init__(self, app, key: str):
+        self.app, self.key = app, key.encode("utf-8")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            token = given[7:] if given[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(token, self.key):
+                what = "wrong API key" if token else "missing API key: send Authorization: Bearer KEY"
+                await error_response(ApiError(401, what))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _post(service: Service, route: str):
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import JSONResponse, Response
+
+    async def endpoint(request):
+        start = time.perf_counter()
+        try:
+            status, result = await service.answer(route, request)
+            response = JSONResponse(result, status_code=status)
+        except ApiError as e:
+            response = error_response(e)
+        except UserError as e:
+            response = error_response(ApiError(422, str(e)))
+        except ClientDisconnect:
+            response = Response(status_code=499)
+        except Exception as e:  # noqa: BLE001 - a bug or a backend failure: the server stays up
+            service.log(f"error on {route}: {type(e).__name__}: {e}")
+            response = error_response(ApiError(500, f"{type(e).__name__}: {e}"))
+        service.metrics.request(route, response.status_code, time.perf_counter() - start)
+        return response
+
+    return endpoint
+
+
+def create_app(service: Service, api_key: str | None = None):
+    """The Starlette app serving `service`; its lifespan starts the batcher and the loading."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def health(request):
+        if service.phase != "ready":
+            return error_response(ApiError(503, f"{service.phase}"))
+        return JSONResponse({"status": "ok"})
+
+    async def info(request):
+        return JSONResponse(service.info())
+
+    async def metrics(request):
+        data, kind = service.metrics.text()
+        return Response(data, media_type=kind)
+
+    async def http_error(request, exc):
+        return error_response(ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"))
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.batcher.start()
+        threading.Thread(target=service.load, name="bertkit-serve-load", daemon=True).start()
+        yield
+        service.drain()
+        await asyncio.to_thread(service.batcher.close)
+        service.pool.shutdown(wait=True)
+
+    table = [Route("/health", health, methods=["GET"]), Route("/info", info, methods=["GET"]),
+             Route("/metrics", metrics, methods=["GET"])]
+    table += [Route(path, _post(service, path), methods=["POST"]) for path in PREPARE]
+    app = Starlette(routes=table, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return ApiKey(app, api_key) if api_key else app

@@ -1,0 +1,117 @@
+"""What runs the model behind `bertkit serve`: a small interface, and its PyTorch implementation.
+
+A backend loads one `ModelSpec` and runs operations on padded batches of numpy arrays; it
+returns one numpy array per row, real tokens only:
+
+| op | row output |
+|---|---|
+| embed | (C,) the pooled sentence vector, not normalised |
+| classify | (L,) logits of the sequence classifier |
+| tokens | (n, L) logits of each of the row's n tokens (token classifier) |
+| qa | (n, 2) start and end logits of each token |
+| mlm | (M, V) vocabulary logits at the row's M [MASK] positions |
+
+`BACKENDS` maps `--backend` names to factories `(spec, device) -> Backend`; another runtime
+(ONNX Runtime) plugs in by adding a class with the same `run` and an entry here.
+
+Shape legend: B rows, T longest row, C hidden, L labels, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from bertkit.serve.models import ModelSpec
+
+
+@dataclass
+class Batch:
+    input_ids: np.ndarray  # (B, T) int64, right-padded
+    token_type_ids: np.ndarray  # (B, T) int64
+    attention_mask: np.ndarray  # (B, T) int64, 1 at real tokens
+
+    @property
+    def lengths(self) -> list[int]:
+        return self.attention_mask.sum(axis=1).tolist()
+
+
+def pad_batch(rows: list[tuple[list[int], list[int]]], pad_id: int) -> Batch:
+    """(ids, type ids) rows -> a right-padded `Batch`."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for r, (row_ids, row_types) in enumerate(rows):
+        ids[r, : len(row_ids)] = row_ids
+        types[r, : len(row_types)] = row_types
+        mask[r, : len(row_ids)] = 1
+    return Batch(ids, types, mask)
+
+
+class Backend(Protocol):
+    def run(self, op: str, batch: Batch) -> list[np.ndarray]:
+        """One output per row of `batch` (see the module's table)."""
+        ...
+
+
+_HEADS = {"masked-lm": "BertForMaskedLM", "classifier": "BertForSequenceClassification",
+          "token-classifier": "BertForTokenClassification", "question-answering": "BertForQuestionAnswering"}
+
+
+class TorchBackend:
+    """bertkit's own PyTorch model, in eval mode under inference_mode."""
+
+    def __init__(self, spec: ModelSpec, device: str = "cpu"):
+        import torch
+
+        from bertkit import heads
+        from bertkit.model import BertModel
+
+        self.spec, self.device = spec, torch.device(device)
+        if spec.kind == "encoder":
+            self.model = BertModel.from_pretrained(spec.path)
+            self.encoder = self.model
+        else:
+            self.model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
+            self.encoder = self.model.encoder
+        self.model.eval().to(self.device)
+
+    def run(self, op: str, batch: Batch) -> list[np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            ids, types, mask = (torch.from_numpy(a).to(self.device)
+                                for a in (batch.input_ids, batch.token_type_ids, batch.attention_mask))
+            lengths = batch.lengths
+            if op == "embed":
+                from bertkit.embed import pool
+
+                hidden = self.encoder(ids, attention_mask=mask, token_type_ids=types).last_hidden_state  # (B, T, C)
+                return list(pool(hidden.float(), mask, self.spec.pooling).cpu().numpy())
+            if op == "classify":
+                return list(self.model(ids, attention_mask=mask, token_type_ids=types).logits.float().cpu().numpy())
+            if op == "tokens":
+                logits = self.model(ids, attention_mask=mask, token_type_ids=types).logits.float().cpu().numpy()
+                return [row[:n] for row, n in zip(logits, lengths)]  # (n, L) each
+            if op == "qa":
+                out = self.model(ids, attention_mask=mask, token_type_ids=types)
+                both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()  # (B, T, 2)
+                return [row[:n] for row, n in zip(both, lengths)]
+            if op == "mlm":
+                return self._masked(ids, types, mask)
+        raise ValueError(f"unknown operation {op!r}")
+
+    def _masked(self, ids, types, mask) -> list[np.ndarray]:
+        hidden = self.encoder(ids, attention_mask=mask, token_type_ids=types).last_hidden_state  # (B, T, C)
+        where = ids == self.spec.tokenizer.mask_id  # (B, T)
+        logits = self.model.mlm(hidden[where]).float().cpu().numpy()  # (M, V), row-major over (B, T)
+        counts = where.sum(dim=1).tolist()
+        bounds = np.cumsum([0, *counts])
+        return [logits[bounds[r]:bounds[r + 1]] for r in range(len(counts))]
+
+
+BACKENDS: dict[str, Callable[[ModelSpec, str], Backend]] = {"torch": TorchBackend}

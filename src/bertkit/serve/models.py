@@ -1,0 +1,130 @@
+"""What a served model directory is, read before any weights are loaded: its kind and routes.
+
+The kind comes from the heads the weights file holds (`hf.heads_in`), the architecture
+config.json names and the task `bertkit finetune` saved beside the model (`finetune.json`,
+read by `finetune.registry.saved_settings`):
+
+| kind | heads | routes, besides /embed, /v1/embeddings and /tokenize |
+|---|---|---|
+| encoder | none (a bare or sentence-transformers encoder) | - |
+| masked-lm | masked-LM (BertForMaskedLM, BertForPreTraining) | /fill-mask |
+| classifier | sequence classifier | /predict; /rerank too when it has one output |
+| token-classifier | token classifier (NER) | /ner |
+| question-answering | span head (SQuAD) | /qa |
+
+Every kind embeds with its encoder, as `bertkit embed` does for a directory of any head, pooled
+as its sentence-transformers files say (`search.encoder.model_pooling`; mean otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+COMMON_ROUTES = ("/embed", "/v1/embeddings", "/tokenize")
+KIND_ROUTES = {"encoder": (), "masked-lm": ("/fill-mask",), "classifier": ("/predict",),
+               "token-classifier": ("/ner",), "question-answering": ("/qa",)}
+QA_WINDOW = 384  # tokens per question-answering window, unless the model was trained with another
+
+
+@dataclass
+class ModelSpec:
+    """A model directory as served: everything but the weights."""
+
+    name: str
+    path: Path
+    kind: str
+    config: object  # BertConfig
+    tokenizer: object  # bertkit Tokenizer
+    max_length: int  # longest input in tokens (longer: 422, or cut with "truncate")
+    pooling: str  # for the embedding routes
+    labels: list[str]  # classifier and token-classifier outputs, in id order; [] otherwise
+
+    @property
+    def routes(self) -> tuple[str, ...]:
+        extra = KIND_ROUTES[self.kind]
+        if self.kind == "classifier" and self.config.num_labels == 1:
+            extra = (*extra, "/rerank")
+        return (*COMMON_ROUTES, *extra)
+
+    @property
+    def regression(self) -> bool:
+        return self.kind == "classifier" and self.config.num_labels == 1
+
+    def info(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "kind": self.kind, "routes": list(self.routes),
+                "max_input_length": self.max_length, "pooling": self.pooling, "labels": self.labels,
+                "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers}
+
+
+def _kind(path: Path, heads: list[str], architectures: list[str], task: str | None) -> str:
+    if "question-answering" in heads:
+        return "question-answering"
+    if "classifier" in heads:
+        if "BertForTokenClassification" in architectures or task == "ner":
+            return "token-classifier"
+        return "classifier"
+    if "masked-LM" in heads:
+        return "masked-lm"
+    return "encoder"
+
+
+def _max_length(path: Path, config, kind: str, saved: dict) -> int:
+    limit = config.max_position_embeddings
+    settings = path / "sentence_bert_config.json"
+    if kind == "question-answering":
+        return min(limit, int(saved.get("max_seq_len") or QA_WINDOW))
+    if settings.is_file():
+        from bertkit.search.encoder import model_pooling
+
+        return min(limit, model_pooling(path)[1])
+    return limit
+
+
+def describe(name: str, path: str | Path) -> ModelSpec:
+    """The served form of a model directory; a UserError for one that cannot be served."""
+    from bertkit.finetune.feature_ner import TAGGER_CONFIG
+    from bertkit.finetune.registry import saved_settings
+    from bertkit.hf import heads_in, load_config, weight_shapes
+    from bertkit.search.encoder import model_pooling
+    from bertkit.tokenizer import Tokenizer
+
+    path = Path(path)
+    if not NAME.fullmatch(name):
+        raise UserError(f"model name {name!r} must be letters, digits, '.', '_' or '-' (at most 64)")
+    config = load_config(path)
+    if (path / TAGGER_CONFIG).exists():
+        raise UserError("a feature-based tagger (BiLSTM on frozen features) is not served; serve a "
+                        "fine-tuned token classifier", path)
+    heads = heads_in(weight_shapes(path))
+    architectures = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    saved = saved_settings(path)
+    kind = _kind(path, heads, architectures, saved.get("task"))
+    tokenizer = Tokenizer.from_pretrained(path)
+    if len(tokenizer) > config.vocab_size:
+        raise UserError(f"vocab.txt has {len(tokenizer)} entries but the model only {config.vocab_size}: "
+                        "tokenizer and weights do not belong together", path)
+    labels = []
+    if kind in ("classifier", "token-classifier"):
+        names = config.id2label or {}
+        labels = [str(names.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
+    pooling = model_pooling(path)[0]
+    return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved), pooling, labels)
+
+
+def parse_entry(text: str) -> tuple[str, str]:
+    """`NAME=DIR` or `DIR` (named after its folder) -> (name, dir)."""
+    name, sep, folder = text.partition("=")
+    if sep and NAME.fullmatch(name) and folder:
+        return name, folder
+    if sep and not Path(text).exists():
+        raise UserError(f"expected NAME=DIR or DIR, not {text!r} (a name is letters, digits, '.', '_' or '-')")
+    folder = text
+    name = Path(folder).resolve().name or "model"
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip("._-")[:64] or "model"
+    return name, folder
