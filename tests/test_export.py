@@ -196,3 +196,28 @@ def test_retrieval_backend_onnx_ranks_as_torch(st_dir, st_export, tmp_path, caps
         reports[backend] = json.loads(capsys.readouterr().out)["results"]["dense"]
     for key in ("ndcg@10", "mrr@10", "map@100"):
         assert reports["onnx"][key] == pytest.approx(reports["torch"][key], abs=1e-9), key
+
+
+@pytest.mark.parametrize("head, op", [("BertForSequenceClassification", "classify"),
+                                      ("BertForTokenClassification", "tokens"), ("BertForQuestionAnswering", "qa"),
+                                      ("BertForMaskedLM", "mlm"), ("embedding", "embed")])
+def test_serve_backend_on_an_export_answers_as_the_torch_backend(tiny_dir, st_dir, tmp_path, head, op):
+    import dataclasses
+
+    from bertkit.export.serving import OnnxServeBackend
+    from bertkit.serve.backend import TorchBackend, pad_batch
+    from bertkit.serve.models import describe
+
+    d = st_dir if head == "embedding" else _head_dir(tiny_dir, tmp_path, head)
+    export_onnx(d, tmp_path / "onnx", log=lambda _: None)
+    spec = describe("m", d)
+    tok = spec.tokenizer
+    rows = [(e.ids, e.type_ids) for e in tok.encode_batch(TEXTS)]
+    rows[0] = ([*rows[0][0][:2], tok.mask_id, *rows[0][0][3:]], rows[0][1])  # a [MASK] for mlm
+    batch = pad_batch(rows, tok.pad_id)
+    want = TorchBackend(spec).run(op, batch)
+    got = OnnxServeBackend(dataclasses.replace(spec, path=tmp_path / "onnx")).run(op, batch)
+    assert len(got) == len(want) == len(TEXTS)
+    assert all(w.size for w in want[:1])  # mlm: the [MASK] row has logits
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and (g.size == 0 or np.abs(g - w).max() < 1e-4)
