@@ -17,13 +17,14 @@ import torch
 
 ort = pytest.importorskip("onnxruntime")
 
-from bertkit import BertConfig, Tokenizer, UserError  # noqa: E402
-from bertkit.embed import embed_texts, load_encoder  # noqa: E402
-from bertkit.export import writer  # noqa: E402
-from bertkit.export.writer import export_onnx, sample_inputs  # noqa: E402
-from bertkit.heads import HEADS  # noqa: E402
-from bertkit.model import BertModel  # noqa: E402
-from finetune_helpers import run_cli, write_sst2  # noqa: E402
+from finetune_helpers import run_cli, write_sst2
+
+from bertkit import BertConfig, Tokenizer, UserError
+from bertkit.embed import embed_texts, load_encoder
+from bertkit.export import writer
+from bertkit.export.writer import export_onnx, sample_inputs
+from bertkit.heads import HEADS
+from bertkit.model import BertModel
 
 TEXTS = ["the movie was very good .", "a film", "the plot was dull and the cast was weak , really boring .", "ok"]
 SHAPES = ((4, 11), (1, 3), (5, 40))  # none of them the traced (2, 16)
@@ -176,3 +177,47 @@ def test_evaluate_backend_onnx_gives_the_torch_metrics(tiny_dir, tmp_path, capsy
         from bertkit.export.backend import load_onnx_head
 
         load_onnx_head(tmp_path / "onnx", HEADS["BertForTokenClassification"], None)
+
+
+def test_retrieval_backend_onnx_ranks_as_torch(st_dir, st_export, tmp_path, capsys):
+    docs = [*TEXTS, "the river in paris", "john and mary in berlin", "a great show"]
+    with open(tmp_path / "corpus.jsonl", "w") as f:
+        f.writelines(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(docs))
+    queries = ["a good movie", "berlin", "the dull plot"]
+    with open(tmp_path / "queries.jsonl", "w") as f:
+        f.writelines(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(queries))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td5\t1\nq2\td2\t1\n")
+    reports = {}
+    for backend, model in (("torch", st_dir), ("onnx", st_export)):
+        capsys.readouterr()
+        assert run_cli("evaluate", "--task", "retrieval", "--model", model, "--backend", backend, "--queries",
+                       tmp_path / "queries.jsonl", "--corpus", tmp_path / "corpus.jsonl", "--qrels",
+                       tmp_path / "qrels.tsv") == 0
+        reports[backend] = json.loads(capsys.readouterr().out)["results"]["dense"]
+    for key in ("ndcg@10", "mrr@10", "map@100"):
+        assert reports["onnx"][key] == pytest.approx(reports["torch"][key], abs=1e-9), key
+
+
+@pytest.mark.parametrize("head, op", [("BertForSequenceClassification", "classify"),
+                                      ("BertForTokenClassification", "tokens"), ("BertForQuestionAnswering", "qa"),
+                                      ("BertForMaskedLM", "mlm"), ("embedding", "embed")])
+def test_serve_backend_on_an_export_answers_as_the_torch_backend(tiny_dir, st_dir, tmp_path, head, op):
+    import dataclasses
+
+    from bertkit.export.serving import OnnxServeBackend
+    from bertkit.serve.backend import TorchBackend, pad_batch
+    from bertkit.serve.models import describe
+
+    d = st_dir if head == "embedding" else _head_dir(tiny_dir, tmp_path, head)
+    export_onnx(d, tmp_path / "onnx", log=lambda _: None)
+    spec = describe("m", d)
+    tok = spec.tokenizer
+    rows = [(e.ids, e.type_ids) for e in tok.encode_batch(TEXTS)]
+    rows[0] = ([*rows[0][0][:2], tok.mask_id, *rows[0][0][3:]], rows[0][1])  # a [MASK] for mlm
+    batch = pad_batch(rows, tok.pad_id)
+    want = TorchBackend(spec).run(op, batch)
+    got = OnnxServeBackend(dataclasses.replace(spec, path=tmp_path / "onnx")).run(op, batch)
+    assert len(got) == len(want) == len(TEXTS)
+    assert all(w.size for w in want[:1])  # mlm: the [MASK] row has logits
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and (g.size == 0 or np.abs(g - w).max() < 1e-4)
