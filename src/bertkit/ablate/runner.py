@@ -8,6 +8,8 @@ again continues where it stopped; other --seeds, --tasks or --only add or leave 
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,6 +63,21 @@ def _identity(job: AblationJob) -> dict:
             "data_dir": str(Path(job.data_dir).resolve())}
 
 
+def _start_folder(job: AblationJob) -> None:
+    """Create OUT holding its ablation.json in one rename, so a second process started at the same
+    moment sees either no folder or a complete one; if another process won, check its settings."""
+    out = Path(job.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    tmp.mkdir()
+    write_json(tmp / FOLDER_FILE, _identity(job))
+    try:
+        os.rename(tmp, out)  # also replaces an empty OUT
+    except OSError:  # OUT exists with files: another process started it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        check_folder(job)
+
+
 def report_now(job: AblationJob, plan: Plan, ctx: Context, meta: dict) -> dict:
     report = build_report(plan, read_done(ctx, plan), meta)
     write_report(Path(job.out), report)
@@ -79,9 +96,8 @@ def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict
     meta = {"command": job.command, "job": {**asdict(job), "seeds": list(job.seeds)},
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if not report_only:
-        out.mkdir(parents=True, exist_ok=True)
         if not (out / FOLDER_FILE).is_file():
-            write_json(out / FOLDER_FILE, _identity(job))
+            _start_folder(job)
         try:
             run_cells(plan, ctx, log)
         finally:  # a stopped run still leaves the report of what is done
