@@ -280,6 +280,9 @@ def run_cells(plan: Plan, ctx: Context, log=print, poll_s: float = 2.0) -> dict[
                 raise UserError(f"cell {left[0].id} needs {missing}, which did not finish")
             time.sleep(poll_s)  # what is left waits on cells other processes are running
             continue
+        if ctx.marker(cell.id).is_file():  # another process finished it between our read and our claim
+            ctx.release(cell.id)
+            continue
         try:
             done[cell.id] = _run_cell(cell, plan, ctx)
         finally:
