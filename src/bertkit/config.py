@@ -137,3 +137,13 @@ PRESETS: dict[str, BertConfig] = {
     "base": _preset(12, 768),  # 110,106,428
     "large": _preset(24, 1024),  # 336,226,108
 }
+
+
+# `bertkit pretrain --recipe`: the optimisation fields each named recipe fills when a run leaves
+# them unset (dropout None: the model config's own). Why each value: bertkit.pretrain.recipes.
+PRETRAINING_RECIPES: dict[str, dict] = {
+    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
+              "dropout": None},
+    "budget": {"objective": "mlm", "batch_size": 32, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
+               "dropout": 0.0},
+}

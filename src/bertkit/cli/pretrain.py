@@ -24,15 +24,11 @@ from bertkit.cli.args import (
     positive_int,
     tokenizer_dir,
 )
+from bertkit.config import PRETRAINING_RECIPES
 from bertkit.errors import UserError
 
-# bertkit.pretrain.recipes.RECIPES, repeated so that parsing imports no torch (a test keeps them equal).
-RECIPE_DEFAULTS = {
-    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
-              "dropout": None},
-    "budget": {"objective": "mlm", "batch_size": 32, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
-               "dropout": 0.0},
-}
+# The recipes' values for the help text, from the torch-free table bertkit.pretrain.recipes uses.
+RECIPE_DEFAULTS = PRETRAINING_RECIPES
 
 
 def recipe_help(name: str) -> str:

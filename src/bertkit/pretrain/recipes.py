@@ -26,16 +26,12 @@ from __future__ import annotations
 
 from torch import nn
 
+from bertkit.config import PRETRAINING_RECIPES
 from bertkit.errors import UserError
 
-# The fields a recipe sets, each with its value per recipe. dropout None: the model config's own.
-# bertkit.cli.pretrain.RECIPE_DEFAULTS repeats this table for the help text.
-RECIPES: dict[str, dict] = {
-    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
-              "dropout": None},
-    "budget": {"objective": "mlm", "batch_size": 32, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
-               "dropout": 0.0},
-}
+# The fields a recipe sets, each with its value per recipe (dropout None: the model config's own);
+# the table lives in the torch-free bertkit.config so the CLI's help can show it without torch.
+RECIPES: dict[str, dict] = PRETRAINING_RECIPES
 RECIPE_FIELDS = tuple(RECIPES["paper"])
 
 
