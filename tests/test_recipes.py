@@ -91,6 +91,39 @@ def test_explicit_values_win_over_the_recipe():
     assert cfg.warmup == RECIPES["budget"]["warmup"]  # what was not given still comes from the recipe
 
 
+def test_precision_comes_from_the_recipe_and_auto_follows_the_hardware(monkeypatch):
+    from bertkit import devices
+
+    assert TrainConfig(data="d", out="o").precision == "fp32"
+    assert TrainConfig(data="d", out="o", recipe="budget").precision == "auto"
+    assert TrainConfig(data="d", out="o", recipe="budget", precision="fp32").precision == "fp32"  # the user's wins
+    cpu = torch.device("cpu")
+    for has_bf16, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(devices, "cpu_has_bf16", lambda has_bf16=has_bf16: has_bf16)
+        assert devices.resolve_precision("auto", cpu) == expected
+        assert devices.resolve_precision("fp32", cpu) == "fp32" and devices.resolve_precision("bf16", cpu) == "bf16"
+    assert devices.resolve_precision("auto", torch.device("mps")) == "fp32"
+    with pytest.raises(UserError, match="precision must be fp32, bf16 or auto"):
+        TrainConfig(data="d", out="o", precision="fp16")
+
+
+def test_cpu_bf16_detection_reads_the_cpu_flags(monkeypatch, tmp_path):
+    import builtins
+
+    from bertkit import devices
+
+    real_open = builtins.open
+    for flags, expected in (("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True),
+                            ("fpu avx2 avx512f avx512bw", False)):
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(builtins, "open", lambda path, *a, cpuinfo=cpuinfo, **k: real_open(
+            cpuinfo if path == "/proc/cpuinfo" else path, *a, **k))
+        assert devices.cpu_has_bf16() is expected
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError(a[0])))
+    assert devices.cpu_has_bf16() is False  # no /proc (macOS, Windows): fp32
+
+
 def test_an_unknown_recipe_or_dropout_is_a_user_error():
     with pytest.raises(UserError, match="recipe must be one of paper, budget"):
         TrainConfig(data="d", out="o", recipe="fast")
@@ -151,6 +184,9 @@ def test_budget_recipe_stops_on_time_with_lr_near_zero_and_writes_a_model_that_l
     saved = json.loads((out / "config.json").read_text())
     assert saved["train"]["recipe"] == "budget" and saved["train"]["dropout"] == 0.0
     assert saved["train"]["objective"] == "mlm"
+    from bertkit.devices import resolve_precision
+
+    assert saved["train"]["precision"] == resolve_precision("auto", torch.device("cpu"))  # recorded as resolved
     import transformers
 
     hf = transformers.BertForMaskedLM.from_pretrained(out / "model")

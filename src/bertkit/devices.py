@@ -25,3 +25,31 @@ def resolve_device(name: str, allowed: tuple[str, ...] = ("cpu", "cuda", "mps"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name}: no CUDA GPU is available")
     return device
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX), from
+    Linux's /proc/cpuinfo; False where that cannot be read. Without them oneDNN emulates bf16,
+    which is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """"fp32" or "bf16" for a `--precision` value; "auto" takes bf16 autocast where the device
+    runs it fast (a CUDA GPU that supports it, a CPU with bf16 instructions), else fp32.
+
+    On this project's 2-core AVX512-BF16 CPU, bf16 autocast makes a tiny BERT's training step
+    1.7-2.2x faster with the same validation accuracy (README, "Pretraining recipes")."""
+    if name != "auto":
+        return name
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and cpu_has_bf16() else "fp32"

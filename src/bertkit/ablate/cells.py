@@ -165,7 +165,8 @@ def _pretrain(cell: Cell, plan: Plan, ctx: Context) -> dict:
     out = ctx.path(cell.id)
     cfg = TrainConfig(data=str(ctx.path(f"data/{cell.param('format')}")), out=str(out), preset=preset,
                       steps=s.steps, objective=cell.param("objective"), batch_size=s.batch_size, lr=s.lr,
-                      warmup=s.warmup, mask_rule=cell.param("mask_rule"), precision=s.precision, compile=s.compile,
+                      warmup=s.warmup, dropout=s.dropout, mask_rule=cell.param("mask_rule"),
+                      precision=s.precision, compile=s.compile,
                       save_every=max(1, s.steps // 8), eval_every=s.steps, log_every=max(1, s.steps // 20),
                       eval_samples=s.eval_samples, keep=1, seed=0, resume=True, device=ctx.device,
                       config_overrides=dict(overrides))
@@ -205,7 +206,7 @@ def _finetune(cell: Cell, plan: Plan, ctx: Context) -> dict:
     job = FinetuneJob(model=str(ctx.path(f"pretrain/{cell.param('variant')}") / "model"),
                       task="ner" if task == "conll" else task, train=train, dev=dev, out=str(out), hyper=hyper,
                       max_seq_len=size.max_seq_len, feature_based=feature, layers=layers, combine=combine,
-                      device=ctx.device, precision=s.precision, progress=False)
+                      device=ctx.device, precision=_precision(s, ctx), progress=False)
     new_model = None
     if how in (LTR, LTR_BILSTM):
         from bertkit.finetune.ltr import ltr_model
@@ -216,6 +217,13 @@ def _finetune(cell: Cell, plan: Plan, ctx: Context) -> dict:
     dev_metrics = results["seeds"][0]["dev"]
     return {"dev": {k: v for k, v in dev_metrics.items() if isinstance(v, (int, float))},
             "n_train": results["n_train"], "n_dev": results["n_dev"], "steps": results["seeds"][0]["steps"]}
+
+
+def _precision(scale, ctx: Context) -> str:
+    """The scale's precision for fine-tuning, "auto" resolved as pretraining resolves it."""
+    from bertkit.devices import resolve_device, resolve_precision
+
+    return resolve_precision(scale.precision, resolve_device(ctx.device))
 
 
 def _variant_size(plan: Plan, variant: str) -> str:

@@ -7,13 +7,16 @@ tables that need the same pretraining or fine-tuning share one cell.
 
 Scales:
 - `tiny`: the tests' scale (a 20K-parameter model, a few steps); numbers mean nothing.
-- `cpu-small`: 2 CPU cores, at most 3 hours with 3 seeds and every table. A 2-layer,
-  4-layer, hidden-128 model (Table 6: 2 x 128 and 4 x 256 beside it) and an 8,000-entry
-  vocabulary; 600 pretraining steps of 32 x 128 tokens each; fine-tuning on fixed subsets
-  (MRPC 1,500 pairs, SST-2 3,000 sentences, CoNLL-2003 2,000 sentences, SQuAD 4 articles
-  evaluated on 3 others). Estimate from one-thread timings: about 2 h 05 min for 3 seeds. `estimate_s` sums per-cell costs from timed measurements on this
-  project's 2-core machine (docs/ablations/cpu-small-timings.json); `bertkit ablate --plan-only`
-  prints them. See README's ablation section for the measured rates and the total.
+- `cpu-small`: 2 CPU cores, under 2 hours with 3 seeds and every table (two processes on one
+  folder). A 4-layer, hidden-128 reference (Table 6: the 2 x 128 tiny and 4 x 256 mini beside
+  it) and an 8,000-entry vocabulary; 1,600 pretraining steps of 32 x 128 tokens each with the
+  budget recipe's settings (lr 1e-3, no dropout while pretraining, bf16 autocast where the CPU
+  has bf16 instructions); fine-tuning at lr 1e-3 (these small shapes barely move at BERT's 1e-4)
+  on fixed subsets (MRPC 1,500 pairs, SST-2 3,000 sentences, CoNLL-2003 2,000 sentences, SQuAD
+  4 articles evaluated on 3 others). `estimate_s` sums per-cell costs from measured rates
+  (CPU_SMALL_RATES, docs/ablations/cpu-small-timings.json); `bertkit ablate --plan-only` prints
+  them. The first run (600 steps, fp32, fine-tuning at 1e-4) learned nothing:
+  docs/ablations/cpu-small-first-run/.
 - `gpu`: one H200, about 10 minutes: the base shape at 128 tokens, bf16 and torch.compile,
   about 2 minutes of pretraining per variant, full MRPC and CoNLL, larger SST-2 and SQuAD
   subsets. It has not been run yet; its step counts follow from the H200 rate the benchmark
@@ -60,7 +63,8 @@ class Scale:
     tasks: dict  # task -> TaskSize
     feature_lr: float = 1e-3  # the feature-based tagger's learning rate
     warmup: float = 0.06
-    precision: str = "fp32"
+    precision: str = "fp32"  # "fp32", "bf16" or "auto" (bf16 where the hardware has it; pretraining and fine-tuning)
+    dropout: float | None = None  # every dropout while pretraining (None: the model's 0.1); fine-tuning keeps 0.1
     compile: bool = False
     eval_samples: int = 512
     # seconds per unit, measured at this scale: pretraining step per size; fine-tuning per
@@ -75,6 +79,11 @@ _TINY_SHAPE = {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads":
                "max_position_embeddings": 64}
 # cpu-small's reference: 4 layers (Table 7 needs the last four), hidden 128, 2 heads
 _CPU_SHAPE = {"num_hidden_layers": 4, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 512}
+# cpu-small's measured rates (docs/ablations/cpu-small-timings.json): pretraining seconds per step
+# per size; fine-tuning seconds per training example and epoch; evaluation seconds per cell
+CPU_SMALL_RATES = {"fixed": 2.0, "vocab": 60.0, "data": 30.0, "step_reference": 0.30, "step_smaller": 0.12,
+                   "step_larger": 0.65, "ft_mrpc": 10.08 / 1500, "ft_sst2": 6.68 / 3000, "ft_conll": 6.83 / 2000,
+                   "fb_conll": 4.16 / 2000, "eval_conll": 2.2, "ft_squad": 86.0 / 6}
 SCALES = {
     "tiny": Scale(
         "tiny", vocab_size=120, max_seq_len=32, preset="tiny",
@@ -88,18 +97,16 @@ SCALES = {
     "cpu-small": Scale(
         "cpu-small", vocab_size=8000, max_seq_len=128, preset="tiny",
         sizes={"reference": ("tiny", _CPU_SHAPE), "smaller": ("tiny", {}), "larger": ("mini", {})},
-        steps=600, batch_size=32, lr=1e-3,
-        tasks={"mrpc": TaskSize(1500, None, 3, 1e-4, 128), "sst2": TaskSize(3000, None, 2, 1e-4, 64),
-               "squad": TaskSize(4, 3, 2, 2e-4, 192), "conll": TaskSize(2000, 1000, 3, 1e-4, 128)},
-        # measured with one thread (scratch runs of 30 pretraining steps and one epoch per task at these
-        # sizes, dev evaluation included): docs/ablations/cpu-small-timings.json
-        rates={"fixed": 2.0, "vocab": 60.0, "data": 30.0, "step_reference": 0.573, "step_smaller": 0.226,
-               "step_larger": 1.281, "ft_mrpc": 10.08 / 1500, "ft_sst2": 6.68 / 3000, "ft_conll": 6.83 / 2000,
-               "fb_conll": 4.16 / 2000, "eval_conll": 2.2, "ft_squad": 86.0 / 6}),
+        steps=1600, batch_size=32, lr=1e-3, precision="auto", dropout=0.0,
+        tasks={"mrpc": TaskSize(1500, None, 3, 1e-3, 128), "sst2": TaskSize(3000, None, 2, 1e-3, 64),
+               "squad": TaskSize(4, 3, 2, 1e-3, 192), "conll": TaskSize(2000, 1000, 3, 1e-3, 128)},
+        # seconds per unit with one thread each for two processes sharing the 2 cores, bf16 autocast:
+        # docs/ablations/cpu-small-timings.json
+        rates=CPU_SMALL_RATES),
     "gpu": Scale(
         "gpu", vocab_size=30522, max_seq_len=128, preset="base",
         sizes={"reference": ("base", {}), "smaller": ("small", {}), "larger": ("large", {})},
-        steps=2000, batch_size=256, lr=4e-4, precision="bf16", compile=True,
+        steps=2000, batch_size=256, lr=4e-4, precision="bf16", dropout=0.0, compile=True,
         tasks={"mrpc": TaskSize(3668, None, 3, 4e-5, 128), "sst2": TaskSize(20000, None, 2, 4e-5, 64),
                "squad": TaskSize(24, 24, 2, 8e-5, 384), "conll": TaskSize(14041, None, 3, 5e-5, 128)},
         feature_lr=1e-3, eval_samples=2048, rates={"fixed": 5.0}),

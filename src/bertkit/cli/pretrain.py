@@ -85,7 +85,9 @@ def add_arguments(parser) -> None:
     a("--mask-rule", type=mask_rule, default="80/10/10", metavar="M/R/K",
       help="of the chosen tokens, percent replaced by [MASK] / by a random token / kept")
     a("--mask-all", action="store_true", help="ablation: chosen tokens always become [MASK] (--mask-rule 100/0/0)")
-    a("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16: autocast (weights stay fp32)")
+    a("--precision", default=None, choices=("fp32", "bf16", "auto"),
+      help="bf16: autocast (weights stay fp32); auto: bf16 where the GPU or CPU has bf16 hardware, else fp32 "
+           + recipe_help("precision"))
     a("--compile", action="store_true", help="torch.compile the model")
     a("--save-every", type=positive_int, default=1000, help="steps between checkpoints")
     a("--eval-every", type=positive_int, default=500, help="steps between validations")

@@ -19,6 +19,7 @@ continues the same schedule; a time-scheduled run is not bit-reproducible (it fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import time
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from bertkit.config import IGNORE_INDEX
-from bertkit.devices import resolve_device
+from bertkit.devices import resolve_device, resolve_precision
 from bertkit.errors import UserError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.hf import config_to_dict
@@ -114,6 +115,7 @@ def pretrain(cfg: TrainConfig) -> int:
     if device.type == "cuda":
         device = torch.device("cuda", d.local_rank)
         torch.set_float32_matmul_precision("high")
+    cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device))
     try:
         status = _run(cfg, device, d)
         # Every rank done with its collectives before any tears its group down: a gloo rank that
@@ -224,7 +226,7 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
         if note:
             print(note, file=sys.stderr, flush=True)
         print(f"{began}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
-              f"sequences, {d.world_size} process(es) on {device}", flush=True)
+              f"sequences, {d.world_size} process(es) on {device}, {cfg.precision}", flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
     loop = _Loop(cfg, d, device, model, optimizer, objective, train, val, tokenizer, log)
     return loop.run(start, DataStream(len(train), cfg.seed, int(state["position"])), float(state["elapsed"]))

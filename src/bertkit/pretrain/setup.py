@@ -29,7 +29,7 @@ class TrainConfig:
     preset: str = "mini"  # model shape, see bertkit.config.PRESETS
     steps: int | None = None  # optimizer updates; default 1000 unless `minutes` is given
     minutes: float | None = None  # wall-clock budget instead of a step count
-    # The next six fields: None takes the recipe's value (bertkit.pretrain.recipes.RECIPES).
+    # The next seven fields: None takes the recipe's value (bertkit.pretrain.recipes.RECIPES).
     recipe: str = "paper"  # "paper" (BERT's settings) or "budget" (what learns most in little time)
     objective: str | None = None  # "mlm+nsp", "mlm" or "ltr"
     batch_size: int | None = None  # sequences per update, over all processes and micro-steps
@@ -38,10 +38,10 @@ class TrainConfig:
     warmup: float | None = None  # below 1: fraction of the run; otherwise steps
     weight_decay: float | None = None  # decoupled, not on biases and LayerNorm
     dropout: float | None = None  # every dropout while pretraining; None: the model config's (saved as is)
+    precision: str | None = None  # "fp32", "bf16" (autocast) or "auto" (bf16 where the hardware runs it fast)
     mask_rate: float = 0.15  # fraction of tokens predicted
     whole_word_mask: bool = False  # mask all pieces of a word together
     mask_rule: str = "80/10/10"  # of the chosen tokens, percent [MASK] / random / kept (Table 8's ablations)
-    precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     compile: bool = False  # torch.compile the model
     save_every: int = 1000  # steps between checkpoints
     eval_every: int = 500  # steps between validations
@@ -67,8 +67,8 @@ class TrainConfig:
             raise UserError(f"dropout must be in [0, 1), not {self.dropout}")
         if self.objective not in OBJECTIVES:
             raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
-        if self.precision not in ("fp32", "bf16"):
-            raise UserError(f"precision must be fp32 or bf16, not {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise UserError(f"precision must be fp32, bf16 or auto, not {self.precision!r}")
         if self.steps is not None and self.minutes is not None:
             raise UserError("give steps or minutes, not both")
         for name in ("batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
