@@ -221,3 +221,56 @@ def test_serve_backend_on_an_export_answers_as_the_torch_backend(tiny_dir, st_di
     assert all(w.size for w in want[:1])  # mlm: the [MASK] row has logits
     for g, w in zip(got, want):
         assert g.shape == w.shape and (g.size == 0 or np.abs(g - w).max() < 1e-4)
+
+
+def test_serve_backend_onnx_through_a_real_server_answers_as_torch(tiny_dir, st_dir, st_export, tmp_path):
+    """`bertkit serve --backend onnx`: an embedding export serves /embed with the torch model's
+    vectors (int8 close to them); a classifier export serves /predict with the torch labels and
+    scores, and refuses /embed, which its graph cannot give."""
+    import httpx
+    from serve_helpers import serving
+
+    from bertkit.serve.app import Service
+    from bertkit.serve.models import describe
+
+    cls_dir = _head_dir(tiny_dir, tmp_path, "BertForSequenceClassification")
+    export_onnx(cls_dir, tmp_path / "cls-onnx", log=lambda _: None)
+
+    def answers(specs, backend):
+        with serving(Service(specs, backend=backend, log=lambda _: None)) as url:
+            embed = httpx.post(url + "/embed", json={"model": "st", "inputs": TEXTS, "normalize": False}, timeout=30)
+            predict = httpx.post(url + "/predict", json={"model": "cls", "inputs": [[t] for t in TEXTS]}, timeout=30)
+            cls_embed = httpx.post(url + "/embed", json={"model": "cls", "inputs": TEXTS}, timeout=30)
+            return embed, predict, cls_embed
+
+    torch_answers = answers([describe("st", st_dir), describe("cls", cls_dir)], "torch")
+    onnx_answers = answers([describe("st", st_export, "onnx"), describe("cls", tmp_path / "cls-onnx", "onnx")], "onnx")
+    int8_answers = answers([describe("st", st_export, "onnx", int8=True),
+                            describe("cls", tmp_path / "cls-onnx", "onnx")], "onnx")
+    want = np.array(torch_answers[0].json())
+    assert onnx_answers[0].status_code == 200
+    np.testing.assert_allclose(np.array(onnx_answers[0].json()), want, atol=1e-4)
+    got8 = np.array(int8_answers[0].json())
+    cos = (got8 * want).sum(1) / np.linalg.norm(got8, axis=1) / np.linalg.norm(want, axis=1)
+    assert got8.shape == want.shape and cos.min() > 0.98 and not np.allclose(got8, want, atol=1e-6)
+    torch_pred, onnx_pred = ([p for row in a[1].json() for p in row] for a in (torch_answers, onnx_answers))
+    assert len(onnx_pred) == 3 * len(TEXTS)  # every label of every input
+    assert [p["label"] for p in onnx_pred] == [p["label"] for p in torch_pred]
+    assert [p["score"] for p in onnx_pred] == pytest.approx([p["score"] for p in torch_pred], abs=1e-4)
+    assert torch_answers[2].status_code == 200  # torch embeds with a head's encoder
+    assert onnx_answers[2].status_code == 404 and "it serves /tokenize, /predict" in onnx_answers[2].json()["error"]
+
+
+def test_serve_backend_onnx_refuses_a_folder_it_cannot_run(st_dir, st_export, tmp_path):
+    from bertkit.serve.models import describe
+
+    with pytest.raises(UserError, match="--backend onnx runs a folder made by `bertkit export"):
+        describe("st", st_dir, "onnx")
+    with pytest.raises(UserError, match="int8 serving runs an ONNX export's int8 graph"):
+        describe("st", st_dir, "torch", int8=True)
+    plain = tmp_path / "plain"
+    export_onnx(st_dir, plain, log=lambda _: None)
+    with pytest.raises(UserError, match="exported without --int8"):
+        describe("st", plain, "onnx", int8=True)
+    with pytest.raises(UserError, match="an ONNX export without torch weights: add --backend onnx"):
+        describe("st", st_export)

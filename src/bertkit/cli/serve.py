@@ -50,7 +50,9 @@ def add_arguments(parser) -> None:
     a("--host", default="127.0.0.1", help="address to listen on (loopback: only this machine)")
     a("--port", type=int_between(0, 65535), default=8080, help="TCP port (0: any free port, printed)")
     a("--api-key", help=f"require `Authorization: Bearer KEY` on every route but /health (default: ${API_KEY_ENV})")
-    a("--backend", choices=tuple(BACKENDS), default="torch", help="what runs the model")
+    a("--backend", choices=tuple(BACKENDS), default="torch",
+      help="what runs the model: torch (a model directory) or onnx (ONNX Runtime on a `bertkit export` folder)")
+    a("--int8", action="store_true", help="with --backend onnx: the export's int8 graph (exported with --int8)")
     a("--device", type=device_name, default="cpu", help="cpu, cuda, cuda:N, mps or auto")
     a("--max-batch-tokens", type=positive_int, default=d.max_batch_tokens,
       help="padded tokens per forward pass (longest input x inputs)")
@@ -91,7 +93,7 @@ def run(args) -> int:
     from bertkit.serve.server import listen
     from bertkit.serve.server import run as serve
 
-    specs = [describe(name, folder) for name, folder in args.model]
+    specs = [describe(name, folder, args.backend, args.int8) for name, folder in args.model]
     limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
                     args.max_input_chars, args.body_timeout)
     device = str(resolve_device(args.device))

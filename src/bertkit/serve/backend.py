@@ -11,8 +11,9 @@ returns one numpy array per row, real tokens only:
 | qa | (n, 2) start and end logits of each token |
 | mlm | (M, V) vocabulary logits at the row's M [MASK] positions |
 
-`BACKENDS` maps `--backend` names to factories `(spec, device) -> Backend`; another runtime
-(ONNX Runtime) plugs in by adding a class with the same `run` and an entry here.
+`BACKENDS` maps `--backend` names to factories `(spec, device) -> Backend`: "torch" here, "onnx"
+(ONNX Runtime on a `bertkit export` folder, `export.serving.OnnxServeBackend`); another runtime
+plugs in by adding a class with the same `run` and an entry here.
 
 Shape legend: B rows, T longest row, C hidden, L labels, V vocabulary.
 """
@@ -122,4 +123,10 @@ class TorchBackend:
         return [logits[bounds[r]:bounds[r + 1]] for r in range(len(counts))]
 
 
-BACKENDS: dict[str, Callable[[ModelSpec, str], Backend]] = {"torch": TorchBackend}
+def _onnx(spec: ModelSpec, device: str = "cpu") -> Backend:
+    from bertkit.export.serving import OnnxServeBackend  # onnxruntime only when asked for
+
+    return OnnxServeBackend(spec, device)
+
+
+BACKENDS: dict[str, Callable[[ModelSpec, str], Backend]] = {"torch": TorchBackend, "onnx": _onnx}

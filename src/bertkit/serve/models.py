@@ -14,6 +14,10 @@ read by `finetune.registry.saved_settings`):
 
 Every kind embeds with its encoder, as `bertkit embed` does for a directory of any head, pooled
 as its sentence-transformers files say (`search.encoder.model_pooling`; mean otherwise).
+
+With `--backend onnx` the directory is a `bertkit export` folder and the kind comes from its
+`onnx.json`: an embedding graph serves the embedding routes, a head graph its head's route and
+/tokenize only (the graph gives the head's logits, not the encoder's vectors).
 """
 
 from __future__ import annotations
@@ -44,13 +48,16 @@ class ModelSpec:
     max_length: int  # longest input in tokens (longer: 422, or cut with "truncate")
     pooling: str  # for the embedding routes
     labels: list[str]  # classifier and token-classifier outputs, in id order; [] otherwise
+    embeds: bool = True  # serves the embedding routes (an ONNX head graph does not)
+    int8: bool = False  # an ONNX export's int8 graph rather than its fp32 one
 
     @property
     def routes(self) -> tuple[str, ...]:
         extra = KIND_ROUTES[self.kind]
         if self.kind == "classifier" and self.config.num_labels == 1:
             extra = (*extra, "/rerank")
-        return (*COMMON_ROUTES, *extra)
+        common = COMMON_ROUTES if self.embeds else tuple(r for r in COMMON_ROUTES if r == "/tokenize")
+        return (*common, *extra)
 
     @property
     def regression(self) -> bool:
@@ -86,17 +93,63 @@ def _max_length(path: Path, config, kind: str, saved: dict) -> int:
     return limit
 
 
-def describe(name: str, path: str | Path) -> ModelSpec:
-    """The served form of a model directory; a UserError for one that cannot be served."""
+# an ONNX export's graph kind (onnx.json) -> the served kind
+_EXPORT_KINDS = {"embedding": "encoder", "BertForSequenceClassification": "classifier",
+                 "BertForTokenClassification": "token-classifier", "BertForQuestionAnswering": "question-answering",
+                 "BertForMaskedLM": "masked-lm", "BertForPreTraining": "masked-lm"}
+
+
+def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = False) -> ModelSpec:
+    """The served form of a model directory (for `backend` "onnx", an export folder, its int8
+    graph when `int8`); a UserError for one that cannot be served."""
+    from bertkit.export import META_FILE, check_backend
+
+    if not NAME.fullmatch(name):
+        raise UserError(f"model name {name!r} must be letters, digits, '.', '_' or '-' (at most 64)")
+    check_backend(path, backend)
+    if int8 and backend != "onnx":
+        raise UserError("int8 serving runs an ONNX export's int8 graph: add --backend onnx")
+    if backend == "onnx":
+        from bertkit.io import read_json
+
+        meta = read_json(Path(path) / META_FILE, "an ONNX export's description")
+        if int8 and "int8" not in meta.get("files", {}):
+            raise UserError("exported without --int8: no int8 graph (export again with --int8)", path)
+        return _describe_export(name, Path(path), meta, int8)
+    return _describe_weights(name, Path(path))
+
+
+def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec:
+    from bertkit.finetune.registry import saved_settings
+    from bertkit.hf import load_config
+    from bertkit.search.encoder import model_pooling
+    from bertkit.tokenizer import Tokenizer
+
+    if meta.get("kind") not in _EXPORT_KINDS:
+        raise UserError(f"onnx.json names an unknown graph kind {meta.get('kind')!r}", path)
+    kind = _EXPORT_KINDS[meta["kind"]]
+    config = load_config(path)
+    tokenizer = Tokenizer.from_pretrained(path)
+    labels = _labels(config, kind)
+    pooling = meta.get("pooling") or model_pooling(path)[0]
+    return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved_settings(path)),
+                     pooling, labels, embeds=kind == "encoder", int8=int8)
+
+
+def _labels(config, kind: str) -> list[str]:
+    if kind not in ("classifier", "token-classifier"):
+        return []
+    names = config.id2label or {}
+    return [str(names.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
+
+
+def _describe_weights(name: str, path: Path) -> ModelSpec:
     from bertkit.finetune.feature_ner import TAGGER_CONFIG
     from bertkit.finetune.registry import saved_settings
     from bertkit.hf import heads_in, load_config, weight_shapes
     from bertkit.search.encoder import model_pooling
     from bertkit.tokenizer import Tokenizer
 
-    path = Path(path)
-    if not NAME.fullmatch(name):
-        raise UserError(f"model name {name!r} must be letters, digits, '.', '_' or '-' (at most 64)")
     config = load_config(path)
     if (path / TAGGER_CONFIG).exists():
         raise UserError("a feature-based tagger (BiLSTM on frozen features) is not served; serve a "
@@ -109,12 +162,9 @@ def describe(name: str, path: str | Path) -> ModelSpec:
     if len(tokenizer) > config.vocab_size:
         raise UserError(f"vocab.txt has {len(tokenizer)} entries but the model only {config.vocab_size}: "
                         "tokenizer and weights do not belong together", path)
-    labels = []
-    if kind in ("classifier", "token-classifier"):
-        names = config.id2label or {}
-        labels = [str(names.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
     pooling = model_pooling(path)[0]
-    return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved), pooling, labels)
+    return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved), pooling,
+                     _labels(config, kind))
 
 
 def parse_entry(text: str) -> tuple[str, str]:
