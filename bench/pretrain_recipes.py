@@ -11,8 +11,9 @@ instances, the "tiny" preset (2 layers, hidden 128), one CPU thread, the same wa
 - transformers: `BertForMaskedLM` (MLM only, because the budget recipe has no NSP: the same
   objective, so the comparison is of implementations, not of objectives) trained by `Trainer`
   with `DataCollatorForLanguageModeling` (15%, 80/10/10) on the same packed instances, with the
-  budget recipe's batch, peak lr, warm-up, weight decay, AdamW eps, gradient clipping and no
-  dropout. Its lr schedule is the budget recipe's own time-based one (`lr_at_time` in a
+  budget recipe's batch, peak lr, warm-up, weight decay, AdamW eps, gradient clipping, no
+  dropout and its precision (bf16 autocast where the CPU has bf16 instructions: `bf16=True`).
+  Its lr schedule is the budget recipe's own time-based one (`lr_at_time` in a
   LambdaLR through `Trainer.create_scheduler`), and a `TrainerCallback` stops it by the same
   rule as bertkit's loop (when the next step would end past the budget): the same schedule over
   the same time, so a step-count schedule calibrated up front cannot end early or late.
@@ -99,6 +100,9 @@ class Scorer:
 
 
 def run_bertkit(recipe: str, data: Path, out: Path, minutes: float) -> dict:
+    import torch
+
+    from bertkit.devices import resolve_precision
     from bertkit.pretrain import TrainConfig, pretrain
 
     # No evaluation inside the run (scored afterwards); checkpoints often enough for the curve.
@@ -112,9 +116,11 @@ def run_bertkit(recipe: str, data: Path, out: Path, minutes: float) -> dict:
         points.append((state["elapsed"], state["step"], ckpt))
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if r["kind"] == "train"][-1]
+    hyper = {k: getattr(cfg, k) for k in ("objective", "batch_size", "lr", "warmup", "weight_decay", "dropout",
+                                          "max_grad_norm")}
+    hyper["precision"] = resolve_precision(cfg.precision, torch.device("cpu"))  # "auto" as the run resolved it
     return {"final": out / "model", "steps": last["step"], "last_lr": last["lr"], "elapsed_s": last["elapsed"],
-            "points": points, "hyper": {k: getattr(cfg, k) for k in ("objective", "batch_size", "lr", "warmup",
-                                                                      "weight_decay", "dropout", "max_grad_norm")}}
+            "points": points, "hyper": hyper}
 
 
 def hf_clock(budget_s: float, warmup: float, peak: float, out: Path, marks: int):
@@ -196,7 +202,8 @@ def run_transformers(data: Path, work: Path, out: Path, minutes: float, hyper: d
                              learning_rate=hyper["lr"], weight_decay=hyper["weight_decay"], adam_epsilon=1e-6,
                              max_grad_norm=hyper["max_grad_norm"], max_steps=10**7, logging_steps=100,
                              save_strategy="no", report_to="none", use_cpu=True, dataloader_num_workers=0,
-                             dataloader_pin_memory=False, disable_tqdm=True, seed=SEED)
+                             dataloader_pin_memory=False, disable_tqdm=True, seed=SEED,
+                             bf16=hyper["precision"] == "bf16")  # the budget recipe's autocast, as resolved
     clock = hf_clock(minutes * 60, hyper["warmup"], hyper["lr"], out, marks)
 
     class TimedTrainer(Trainer):
