@@ -173,6 +173,8 @@ def feature_layers(how: str, layers: int) -> tuple[tuple[int, ...], str]:
 
 def _pretrain_cell(scale: Scale, v: Variant) -> Cell:
     rate = scale.rates.get(f"step_{v.size}", 0.0)
+    if v.objective == "ltr":  # next-token logits at every position, not at the masked 15% only
+        rate *= scale.rates.get("ltr_factor", 1.0)
     params = (("objective", v.objective), ("format", v.format), ("mask_rule", v.mask_rule), ("size", v.size))
     return Cell(f"pretrain/{v.name}", "pretrain", params, ("vocab", f"data/{v.format}"),
                 scale.rates.get("fixed", 0.0) + rate * scale.steps)
