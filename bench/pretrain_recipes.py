@@ -53,7 +53,7 @@ def prepare(work: Path, articles_per_topic: int | None) -> dict[str, Path]:
     """The demo's corpus, vocabulary and two prepared folders (packed, nsp) with the same
     validation documents (the split depends only on the document count and the seed)."""
     from bertkit.data.prepare import PrepareOptions, prepare_corpus
-    from bertkit.demo import bbc_articles, split_articles, write_corpus
+    from bertkit.demo.corpus import bbc_articles, first_per_topic, split_articles, write_corpus
     from bertkit.io import expand_inputs
     from bertkit.tokenizer import Tokenizer
 
@@ -61,10 +61,8 @@ def prepare(work: Path, articles_per_topic: int | None) -> dict[str, Path]:
     if all(p.is_dir() for p in paths.values()):
         return paths
     articles = bbc_articles()
-    if articles_per_topic:
-        articles = [a for t in sorted({a[0] for a in articles}) for a in [x for x in articles if x[0] == t][:articles_per_topic]]
-    train, test = split_articles(articles, 0.2, SEED)
-    corpus, _, _ = write_corpus(work, train, test)
+    train, test = split_articles(first_per_topic(articles, articles_per_topic), 0.2, SEED)
+    corpus = write_corpus(work, train, test)
     Tokenizer.train(expand_inputs([corpus]), vocab_size=VOCAB).save_pretrained(work / "vocab")
     for fmt, path in paths.items():
         prepare_corpus([corpus], work / "vocab", path,

@@ -232,3 +232,18 @@ def test_a_dead_processs_claim_is_taken_over(inputs, tmp_path, monkeypatch):
     monkeypatch.setattr(cells_module, "EXECUTORS", real)
     assert ablate(inputs, out, *args) == 0
     assert "vocab" in records(out) and not (claims / "vocab").exists()
+
+
+def test_time_left_trusts_measurements_only_as_they_accumulate():
+    """A first cell 10x faster than its estimate does not promise a run 10x shorter; an hour of
+    cells that all took twice their estimates does double the time left."""
+    plan = build_plan("cpu-small", (1, 2, 3), None, None)
+    first, *rest = plan.cells
+    progress = cells_module.Progress(plan, set(), log=lambda line: None)
+    estimate_left = sum(c.estimate_s for c in rest)
+    progress.finished(first, first.estimate_s / 10)
+    assert 0.8 * estimate_left < progress.remaining() < estimate_left
+    for cell in rest[:60]:
+        progress.finished(cell, 2 * cell.estimate_s)
+    left = sum(c.estimate_s for c in rest[60:])
+    assert 1.8 * left < progress.remaining() < 2 * left

@@ -240,7 +240,11 @@ def _clock(seconds: float) -> str:
 
 class Progress:
     """cells done / total and the time left: the plan's estimates of the cells not done,
-    scaled by how long this run's cells took against their estimates."""
+    scaled by how long this run's cells took against their estimates. The scale starts at 1 and
+    moves to the measured ratio as measured time accumulates (PRIOR_S of estimated time weigh as
+    much as the measurements), so a first quick cell does not promise a run ten times shorter."""
+
+    PRIOR_S = 600.0
 
     def __init__(self, plan: Plan, done: set[str], log):
         self.plan, self.done, self.log = plan, set(done), log
@@ -252,7 +256,7 @@ class Progress:
         left = [c for c in self.plan.cells if c.id not in self.done]
         estimate = sum(c.estimate_s for c in left)
         if self.estimated > 0 and estimate > 0:
-            return estimate * self.spent / self.estimated
+            return estimate * (self.spent + self.PRIOR_S) / (self.estimated + self.PRIOR_S)
         if self.ran:  # no estimates: the mean cell so far
             return self.spent / self.ran * len(left)
         return estimate
