@@ -61,10 +61,7 @@ from transformers import (
     TrainingArguments,
 )
 
-try:
-    from bertkit.data.glue import glue_task, read_glue
-except ImportError:  # bertkit before the restructure of issue 10
-    from bertkit.data.tasks import glue_task, read_glue
+from bertkit.data.glue import glue_task, read_glue
 from bertkit.eval.metrics import task_metrics
 from bertkit.io import write_json
 from bertkit.plots import plot_finetuning

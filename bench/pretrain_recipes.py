@@ -11,8 +11,8 @@ instances, the "tiny" preset (2 layers, hidden 128), one CPU thread, the same wa
 - transformers: `BertForMaskedLM` (MLM only, because the budget recipe has no NSP: the same
   objective, so the comparison is of implementations, not of objectives) trained by `Trainer`
   with `DataCollatorForLanguageModeling` (15%, 80/10/10) on the same packed instances, with the
-  budget recipe's batch, peak lr, warm-up, weight decay, AdamW eps, gradient clipping, no
-  dropout and its precision (bf16 autocast where the CPU has bf16 instructions: `bf16=True`).
+  budget recipe's batch, peak lr, warm-up, weight decay, AdamW eps and beta2, gradient clipping,
+  no dropout, its initialisation (the same "scaled" draw, applied to transformers' model) and its precision (bf16 autocast where the CPU has bf16 instructions: `bf16=True`).
   Its lr schedule is the budget recipe's own time-based one (`lr_at_time` in a
   LambdaLR through `Trainer.create_scheduler`), and a `TrainerCallback` stops it by the same
   rule as bertkit's loop (when the next step would end past the budget): the same schedule over
@@ -115,7 +115,7 @@ def run_bertkit(recipe: str, data: Path, out: Path, minutes: float) -> dict:
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if r["kind"] == "train"][-1]
     hyper = {k: getattr(cfg, k) for k in ("objective", "batch_size", "lr", "warmup", "weight_decay", "dropout",
-                                          "max_grad_norm")}
+                                          "max_grad_norm", "adam_beta2", "init")}
     hyper["precision"] = resolve_precision(cfg.precision, torch.device("cpu"))  # "auto" as the run resolved it
     return {"final": out / "model", "steps": last["step"], "last_lr": last["lr"], "elapsed_s": last["elapsed"],
             "points": points, "hyper": hyper}
@@ -172,6 +172,22 @@ def hf_dataset(data: Path):
             for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
 
 
+def scaled_init(model, hidden: int) -> None:
+    """bertkit's "scaled" init on a transformers BERT: N(0, 1/sqrt(hidden)) weights and embeddings,
+    a sinusoidal position table at that scale; biases and LayerNorms as transformers left them."""
+    import torch
+
+    from bertkit.pretrain.init import sinusoids
+
+    std = hidden ** -0.5
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                module.weight.normal_(0.0, std)
+        table = model.bert.embeddings.position_embeddings.weight
+        table.copy_(sinusoids(*table.shape) * std * 2 ** 0.5)
+
+
 def run_transformers(data: Path, work: Path, out: Path, minutes: float, hyper: dict, marks: int) -> dict:
     import torch
     import transformers
@@ -196,8 +212,11 @@ def run_transformers(data: Path, work: Path, out: Path, minutes: float, hyper: d
                         pad_token_id=int(manifest["pad_id"]))
     torch.manual_seed(SEED)
     model = BertForMaskedLM(config)
+    if hyper["init"] == "scaled":  # the budget recipe's starting weights (bertkit.pretrain.init), on HF's model
+        scaled_init(model, config.hidden_size)
     args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=hyper["batch_size"],
                              learning_rate=hyper["lr"], weight_decay=hyper["weight_decay"], adam_epsilon=1e-6,
+                             adam_beta2=hyper["adam_beta2"],
                              max_grad_norm=hyper["max_grad_norm"], max_steps=10**7, logging_steps=100,
                              save_strategy="no", report_to="none", use_cpu=True, dataloader_num_workers=0,
                              dataloader_pin_memory=False, disable_tqdm=True, seed=SEED,

@@ -137,6 +137,54 @@ def test_the_help_text_shows_the_recipes_real_values():
     assert RECIPE_DEFAULTS == RECIPES
 
 
+# ---- the budget recipe's initialisation and AdamW beta2 ----
+def test_scaled_init_draws_at_the_width_scale_with_a_sinusoidal_position_table():
+    from bertkit.pretrain.init import initialise, sinusoids
+
+    config = BertConfig(vocab_size=99, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=96, max_position_embeddings=32)
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(config)
+    torch.manual_seed(0)
+    scaled = initialise(BertForMaskedLM(config), "scaled")
+    std = 64 ** -0.5
+    for (name, a), (_, b) in zip(bert.named_parameters(), scaled.named_parameters()):
+        if "position" in name:
+            assert torch.allclose(b, sinusoids(32, 64) * std * 2 ** 0.5)
+            # neighbouring positions start alike, distant ones less so
+            cos = torch.nn.functional.cosine_similarity(b[10:11], b, dim=-1)
+            assert cos[11] > cos[14] > cos[20] and cos[9] > cos[6]
+        elif a.ndim == 2:  # every other weight matrix and embedding: N(0, 1/sqrt(hidden)) instead of N(0, 0.02)
+            assert a.std().item() == pytest.approx(0.02, rel=0.2), name
+            assert b.std().item() == pytest.approx(std, rel=0.2), name
+        else:  # biases and LayerNorms as BERT's
+            assert torch.equal(a, b), name
+    assert scaled.mlm.word_embeddings.weight is scaled.encoder.embeddings.word.weight  # still tied
+    assert scaled.config.initializer_range == 0.02  # the saved config (new fine-tuning heads) is BERT's
+    assert initialise(bert, "bert") is bert
+
+
+def test_the_runs_init_and_beta2_reach_the_model_and_the_optimizer(pretraining_data):
+    from bertkit.pretrain.loop import _build
+    from bertkit.pretrain.setup import open_data
+
+    def built(recipe: str, **kw):
+        cfg = TrainConfig(data=str(pretraining_data / "packed"), out="o", recipe=recipe, objective="mlm",
+                          config_overrides=TINY, **kw)
+        model, optimizer = _build(cfg, open_data(cfg)[0].manifest, None, torch.device("cpu"))
+        return model.encoder.embeddings.position.weight, optimizer.param_groups[0]["betas"]
+
+    (paper_pos, paper_betas), (budget_pos, budget_betas) = built("paper"), built("budget")
+    assert paper_betas == (0.9, 0.999) and budget_betas == (0.9, RECIPES["budget"]["adam_beta2"])
+    assert paper_pos.std().item() == pytest.approx(0.02, rel=0.2)
+    assert budget_pos[0, 1].item() == pytest.approx(TINY["hidden_size"] ** -0.5 * 2 ** 0.5)  # cos(0), scaled
+    assert built("budget", init="bert", adam_beta2=0.95)[1] == (0.9, 0.95)  # the caller's values win
+    with pytest.raises(UserError, match="init must be one of"):
+        TrainConfig(data="d", out="o", init="xavier")
+    with pytest.raises(UserError, match="adam_beta2"):
+        TrainConfig(data="d", out="o", adam_beta2=1.0)
+
+
 # ---- dropout for the run only ----
 def test_set_dropout_turns_every_dropout_off_but_keeps_the_config():
     config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -143,7 +143,7 @@ PRESETS: dict[str, BertConfig] = {
 # them unset (dropout None: the model config's own). Why each value: bertkit.pretrain.recipes.
 PRETRAINING_RECIPES: dict[str, dict] = {
     "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
-              "dropout": None, "precision": "fp32"},
-    "budget": {"objective": "mlm", "batch_size": 32, "lr": 1e-3, "warmup": 0.05, "weight_decay": 0.01,
-               "dropout": 0.0, "precision": "auto"},
+              "dropout": None, "precision": "fp32", "adam_beta2": 0.999, "init": "bert"},
+    "budget": {"objective": "mlm", "batch_size": 32, "lr": 3e-3, "warmup": 0.05, "weight_decay": 0.01,
+               "dropout": 0.0, "precision": "auto", "adam_beta2": 0.98, "init": "scaled"},
 }

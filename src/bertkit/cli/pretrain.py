@@ -63,8 +63,9 @@ def add_arguments(parser) -> None:
     a("--out", required=True, help="run folder: checkpoints/, model/, metrics.jsonl, loss.png, ...")
     a("--preset", type=preset_name, default="mini", help="model shape: tiny, mini, small, medium, base, large")
     a("--recipe", default="paper", choices=("paper", "budget"),
-      help="paper: BERT's settings; budget: no NSP, no dropout, higher lr, and with --minutes an lr schedule "
-           "over wall-clock time that reaches 0 at the deadline; flags given explicitly win")
+      help="paper: BERT's settings; budget: no NSP, no dropout, higher lr, beta2 0.98, width-scaled init, and "
+           "with --minutes an lr schedule over wall-clock time that reaches 0 at the deadline; flags given "
+           "explicitly win")
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--steps", type=positive_int, help="optimizer updates (default 1000)")
     length.add_argument("--minutes", type=positive_float, help="train for this much wall-clock time instead")
@@ -79,6 +80,11 @@ def add_arguments(parser) -> None:
       help="AdamW's decoupled weight decay " + recipe_help("weight_decay"))
     a("--dropout", type=float_in(0, 1, high_open=True), default=None,
       help="every dropout while pretraining; the saved config keeps the model's own " + recipe_help("dropout"))
+    a("--adam-beta2", type=float_in(0, 1, low_open=True, high_open=True), default=None,
+      help="AdamW's second-moment decay " + recipe_help("adam_beta2"))
+    a("--init", default=None, choices=("bert", "scaled"),
+      help="a new model's weights: bert N(0, 0.02); scaled N(0, 1/sqrt(hidden)) and a sinusoidal position "
+           "table (learns faster at small widths; same architecture and files) " + recipe_help("init"))
     a("--mask-rate", type=float_in(0, 1, low_open=True, high_open=True), default=0.15,
       help="fraction of tokens to predict")
     a("--whole-word-mask", action="store_true", help="mask every piece of a chosen word")
@@ -147,6 +153,7 @@ def run(args) -> int:
         log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep, seed=args.seed,
         resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,
         tokenizer=args.tokenizer, config_overrides=args.config_json or {}, overwrite=args.overwrite,
-        init_from=args.init_from, recipe=args.recipe, dropout=args.dropout,
+        init_from=args.init_from, recipe=args.recipe, dropout=args.dropout, adam_beta2=args.adam_beta2,
+        init=args.init,
     )
     return pretrain(cfg)

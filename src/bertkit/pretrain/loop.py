@@ -34,6 +34,7 @@ from bertkit.errors import UserError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.hf import config_to_dict
 from bertkit.io import write_json
+from bertkit.pretrain.init import initialise
 from bertkit.pretrain.objective import Objective, derived_seed, evaluate, slice_rows
 from bertkit.pretrain.report import RunLog, Throughput, status_line
 from bertkit.pretrain.setup import (
@@ -136,13 +137,13 @@ def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
         model = cls.from_pretrained(cfg.init_from)
     else:
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-        model = cls(model_config(cfg, manifest))
+        model = initialise(cls(model_config(cfg, manifest)), cfg.init)
     model.to(device)
     if cfg.dropout is not None:
         from bertkit.pretrain.recipes import set_dropout
 
         set_dropout(model, cfg.dropout)
-    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay)
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.adam_beta2))
     if checkpoint is not None:
         load_optimizer(checkpoint, optimizer)
     return model, optimizer

@@ -12,7 +12,12 @@ measured on the demo's BBC News corpus (README, "Pretraining recipes"):
 - no dropout while pretraining (cramming, Geiping & Goldstein 2022: one pass over the data
   cannot overfit, and dropout only slows learning); the saved model keeps its config's 0.1 so
   fine-tuning regularises as BERT's does;
-- a peak learning rate 10x the paper's with a short warm-up (cramming, MosaicBERT);
+- a peak learning rate 30x the paper's (3e-3) with a short warm-up, and AdamW's beta2 at 0.98
+  (RoBERTa, cramming: a shorter second-moment memory keeps a high learning rate stable);
+- weights drawn at the model's width scale, N(0, 1/sqrt(hidden)), with a sinusoidal position
+  table (`bertkit.pretrain.init`, init "scaled"): BERT's 0.02 suits hidden 768-1024; a narrow model
+  drawn at 0.02 sits on the masked-LM plateau (frequent tokens at [MASK], copies elsewhere) for
+  thousands of steps. Measured on the demo's data: README, "Pretraining recipes";
 - with `minutes`, a schedule over wall-clock time that reaches 0 exactly when the budget ends
   (Izsak et al. 2021, "How to train BERT with an academic budget"; cramming), rather than over
   a step count guessed up front;

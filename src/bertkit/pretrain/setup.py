@@ -39,6 +39,8 @@ class TrainConfig:
     weight_decay: float | None = None  # decoupled, not on biases and LayerNorm
     dropout: float | None = None  # every dropout while pretraining; None: the model config's (saved as is)
     precision: str | None = None  # "fp32", "bf16" (autocast) or "auto" (bf16 where the hardware runs it fast)
+    adam_beta2: float | None = None  # AdamW's second-moment decay
+    init: str | None = None  # a new model's weights: "bert" (N(0, 0.02)) or "fan-in" (bertkit.pretrain.init)
     mask_rate: float = 0.15  # fraction of tokens predicted
     whole_word_mask: bool = False  # mask all pieces of a word together
     mask_rule: str = "80/10/10"  # of the chosen tokens, percent [MASK] / random / kept (Table 8's ablations)
@@ -67,6 +69,12 @@ class TrainConfig:
             raise UserError(f"dropout must be in [0, 1), not {self.dropout}")
         if self.objective not in OBJECTIVES:
             raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+        if not 0 < self.adam_beta2 < 1:
+            raise UserError(f"adam_beta2 must be in (0, 1), not {self.adam_beta2}")
+        from bertkit.pretrain.init import INITS
+
+        if self.init not in INITS:
+            raise UserError(f"init must be one of {', '.join(INITS)}, not {self.init!r}")
         if self.precision not in ("fp32", "bf16", "auto"):
             raise UserError(f"precision must be fp32, bf16 or auto, not {self.precision!r}")
         if self.steps is not None and self.minutes is not None:
@@ -125,7 +133,7 @@ class TrainConfig:
 # (weight_decay too: the optimizer's groups come back from the checkpoint.) The model's shape
 # (preset, config_overrides), the data and the tokenizer are compared by what they resolve to.
 _RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule",
-                 "weight_decay", "init_from", "recipe", "dropout")
+                 "weight_decay", "init_from", "recipe", "dropout", "adam_beta2", "init")
 # Never recorded as a change: how this invocation was asked to treat the folder.
 _RESUME_IGNORED = ("resume", "overwrite")
 # Manifest entries that say when and from where data was made, not what it holds.
