@@ -13,10 +13,9 @@ from bertkit.errors import UserError
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, help="run folder (default: runs/demo-YYYYmmdd-HHMMSS)")
     parser.add_argument("--minutes", type=positive_float, default=12.0,
-                        help="the whole demo's time budget; pretraining gets what the other stages leave "
-                             "(default: 12)")
+                        help="the whole demo's time budget; pretraining gets what the other stages leave")
     parser.add_argument("--preset", type=preset_name, default="tiny",
-                        help="model size preset (default: tiny, 2 layers, hidden 128)")
+                        help="model size preset; tiny is 2 layers, hidden 128")
     parser.add_argument("--articles-per-topic", type=positive_int, default=None,
                         help="use only this many articles of each topic (a quicker, smaller demo; default: all)")
     parser.add_argument("--threads", type=positive_int, default=None,
