@@ -236,6 +236,11 @@ def test_embedding_student_learns_the_teachers_vectors(vocab_dir, tmp_path, caps
     assert (theirs(input_ids=ids).last_hidden_state - ours(ids).last_hidden_state).abs().max().item() < 1e-5
     zero_shot = evaluate(capsys, out / "model", "stsb", tmp_path / "sts.tsv", "--zero-shot")
     assert zero_shot["spearman"] == pytest.approx(report["student_dev"]["spearman"], abs=1e-6)
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    theirs = sentence_transformers.SentenceTransformer(str(out / "model"), device="cpu")
+    assert [type(m).__name__ for m in theirs] == ["Transformer", "Pooling"]  # the teacher does not normalise
+    vectors = theirs.encode(held_out[:6], convert_to_numpy=True)
+    assert abs(vectors - embed_texts(ours, tok, held_out[:6], **kw)).max() < 1e-5
 
 
 def test_mlm_distillation_on_prepared_data(pretraining_data, tmp_path):
@@ -261,3 +266,21 @@ def test_mlm_distillation_on_prepared_data(pretraining_data, tmp_path):
     ours = BertForMaskedLM.from_pretrained(out / "model").eval()
     ids = torch.randint(5, len(tok), (2, 6))
     assert (theirs(input_ids=ids).logits - ours(ids).logits).abs().max().item() < 1e-4
+
+
+def test_an_embedding_student_keeps_its_teachers_normalisation(vocab_dir, tmp_path):
+    from bertkit.distill.tasks import EmbeddingDistill
+    from bertkit.search.encoder import model_normalizes, write_sentence_transformers_files
+
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    assert not model_normalizes(teacher)  # a plain HF directory
+    write_sentence_transformers_files(teacher, "mean", 64, 32, normalize=True)
+    assert model_normalizes(teacher)
+    task = object.__new__(EmbeddingDistill)  # only what saving needs
+    task.pooling, task.max_seq_len, task.normalize = "cls", 64, model_normalizes(teacher)
+    tok = Tokenizer.from_pretrained(vocab_dir)
+    task.save_model(BertModel(_config(1, vocab_size=len(tok))), tmp_path / "student", tok)
+    modules = json.loads((tmp_path / "student" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+    assert json.loads((tmp_path / "student" / "1_Pooling" / "config.json").read_text())["pooling_mode_cls_token"]

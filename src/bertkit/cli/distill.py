@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
 
     a = parser.add_argument
     a("--teacher", required=True, type=model_dir, help="teacher model directory (fine-tuned for --task)")
-    a("--task", required=True, choices=(*TASKS, *SPECIAL_TASKS),
+    a("--task", required=True, choices=tuple(dict.fromkeys((*TASKS, *SPECIAL_TASKS))),
       help="the teacher's fine-tuning task; embedding (sentence vectors) or mlm (masked LM)")
     student = parser.add_mutually_exclusive_group(required=True)
     student.add_argument("--student-preset", choices=("teacher", *PRESETS),

@@ -65,8 +65,11 @@ def _teacher_task(job: DistillJob, rt: Runtime):
                             f"{load_config(teacher_dir).hidden_size}): its vectors are compared with the teacher's")
         from bertkit.model import BertModel
 
+        from bertkit.search.encoder import model_normalizes
+
         teacher = BertModel.from_pretrained(teacher_dir)
-        task = EmbeddingDistill(teacher, tokenizer, job.weights, rt, cosine, job.pooling, job.max_seq_len or 128)
+        task = EmbeddingDistill(teacher, tokenizer, job.weights, rt, cosine, job.pooling, job.max_seq_len or 128,
+                                model_normalizes(teacher_dir))
         return task, teacher, tokenizer, plan
     if job.task == "mlm":
         from bertkit.distill.mlm import MLMTask

@@ -107,7 +107,7 @@ class EmbeddingDistill:
     prediction_suffix = ".tsv"
 
     def __init__(self, teacher: nn.Module, tokenizer, weights: DistillWeights, rt: Runtime, cosine: bool,
-                 pooling: str = "mean", max_seq_len: int = 128):
+                 pooling: str = "mean", max_seq_len: int = 128, normalize: bool = False):
         from bertkit.data.glue import glue_task
 
         self.teacher = teacher.to(rt.device).eval().requires_grad_(False)
@@ -116,6 +116,7 @@ class EmbeddingDistill:
         self.cosine = cosine and weights.cosine > 0
         self.pooling = pooling
         self.max_seq_len = max_seq_len
+        self.normalize = normalize  # the saved student's sentence-transformers files end in Normalize
         self.spec = glue_task("stsb")
         self.reference: tuple[Prepared, list] | None = None
 
@@ -152,7 +153,12 @@ class EmbeddingDistill:
     load_model = new_model
 
     def save_model(self, model: nn.Module, out: Path, tokenizer) -> None:
+        """An HF directory plus sentence-transformers' files (the student's pooling, the teacher's
+        normalisation), so `SentenceTransformer(out)` gives the vectors `bertkit embed` gives."""
+        from bertkit.search.encoder import write_sentence_transformers_files
+
         model.save_pretrained(out, tokenizer)
+        write_sentence_transformers_files(out, self.pooling, self.max_seq_len, model.config.hidden_size, self.normalize)
 
     def _vectors(self, model: nn.Module, inputs: dict) -> tuple[Tensor, Tensor]:
         """(pooled sentence vectors (B, C), last hidden states (B, T, C))."""

@@ -48,6 +48,12 @@ def model_pooling(model_dir: str | os.PathLike) -> tuple[str, int]:
     return pooling, max_length
 
 
+def model_normalizes(model_dir: str | os.PathLike) -> bool:
+    """Whether the directory's sentence-transformers modules end in Normalize (unit-length vectors)."""
+    modules = Path(model_dir) / "modules.json"
+    return modules.is_file() and any(str(m.get("type", "")).endswith("Normalize") for m in _read(modules))
+
+
 @dataclass
 class Encoder:
     """A loaded encoder with its tokenizer and pooling; `encode` gives unit-length float32 rows."""
