@@ -17,7 +17,8 @@ def pretraining_lines(s: dict) -> list[str]:
         "## What was pretrained, on what",
         "",
         (f"A {p['preset']} BERT ({p['parameters'] / 1e6:.1f}M parameters) pretrained from random weights with "
-        f"masked-LM (the budget recipe: packed sequences, no dropout, lr decaying to zero at the deadline) for "
+        f"masked-LM (the budget recipe: packed sequences, no dropout, weights drawn at the model's width scale with "
+        f"a sinusoidal position table, a high lr decaying to zero at the deadline) for "
         f"{p['minutes']:.1f} minutes on {plan['threads']} CPU thread(s): "
         f"{steps:,} steps of {32} sequences of up to {plan['max_seq_len']} tokens, on the "
         f"{s['articles']['train']:,} training articles of BBC News (a {plan['vocab_size']:,}-entry WordPiece "
