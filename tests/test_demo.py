@@ -11,7 +11,7 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.demo.labels import budget_draws, label_budget_table, probe_accuracy
-from bertkit.demo.plan import DemoPlan, choose_threads
+from bertkit.demo.plan import MARGIN_SECONDS, DemoPlan, choose_threads
 from bertkit.demo.senses import SENSES, occurrences, separation, snippet
 
 # Four occurrences, senses a a b b; occurrence 3 is closer to 0 (other sense) than to 2.
@@ -103,7 +103,7 @@ def test_label_budget_table_ranks_informative_features_above_noise():
 def test_pretraining_gets_what_the_budget_leaves():
     plan = DemoPlan(minutes=10)
     later = sum(plan.later_seconds(1000).values())
-    assert plan.pretrain_seconds(30, 1000) == pytest.approx(600 - 30 - later)
+    assert plan.pretrain_seconds(30, 1000) == pytest.approx(600 - MARGIN_SECONDS - 30 - later)
     assert plan.pretrain_seconds(30, 2225) < plan.pretrain_seconds(30, 1000)  # more articles to probe, less pretraining
     assert plan.pretrain_seconds(30, 1000, slowdown=3) < plan.pretrain_seconds(30, 1000)  # a busy machine
     assert DemoPlan(minutes=0.1).pretrain_seconds(30, 1000) == 6.0  # never below a few seconds
