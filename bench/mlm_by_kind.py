@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import sys
 from pathlib import Path
 
@@ -53,10 +54,10 @@ def no_context_score(data: Path, counts: dict[str, tuple[int, int]]) -> float:
     """The accuracy of 'most frequent training token, or copy where kept' on the same positions."""
     import numpy as np
 
-    first_special = 5  # [PAD] [UNK] [CLS] [SEP] [MASK] are never labels worth counting
+    special = json.loads((data / "manifest.json").read_text())["special_ids"]  # never labels
     train = np.concatenate([np.load(f).ravel() for f in sorted(glob.glob(str(data / "train" / "input_ids-*.npy")))])
     val = np.concatenate([np.load(f).ravel() for f in sorted(glob.glob(str(data / "val" / "input_ids-*.npy")))])
-    train, val = train[train >= first_special], val[val >= first_special]
+    train, val = train[~np.isin(train, special)], val[~np.isin(val, special)]
     top = np.bincount(train).argmax()
     p_top = float(np.mean(val == top))
     labelled = sum(b for _, b in counts.values())

@@ -12,7 +12,8 @@ instances, the "tiny" preset (2 layers, hidden 128), one CPU thread, the same wa
   objective, so the comparison is of implementations, not of objectives) trained by `Trainer`
   with `DataCollatorForLanguageModeling` (15%, 80/10/10) on the same packed instances, with the
   budget recipe's batch, peak lr, warm-up, weight decay, AdamW eps and beta2, gradient clipping,
-  no dropout, its initialisation (the same "scaled" draw, applied to transformers' model) and its precision (bf16 autocast where the CPU has bf16 instructions: `bf16=True`).
+  no dropout, its very starting weights (drawn by bertkit with the run's seed and init, loaded by
+  `from_pretrained`) and its precision (bf16 autocast where the CPU has bf16 instructions: `bf16=True`).
   Its lr schedule is the budget recipe's own time-based one (`lr_at_time` in a
   LambdaLR through `Trainer.create_scheduler`), and a `TrainerCallback` stops it by the same
   rule as bertkit's loop (when the next step would end past the budget): the same schedule over
@@ -172,27 +173,26 @@ def hf_dataset(data: Path):
             for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
 
 
-def scaled_init(model, hidden: int) -> None:
-    """bertkit's "scaled" init on a transformers BERT: N(0, 1/sqrt(hidden)) weights and embeddings,
-    a sinusoidal position table at that scale; biases and LayerNorms as transformers left them."""
+def starting_weights(data: Path, init: str, out: Path) -> Path:
+    """The budget run's starting weights, drawn as bertkit's loop draws them (same seed, shape and
+    init) and saved as an HF directory, so the Trainer run starts from the very same model."""
     import torch
 
-    from bertkit.pretrain.init import sinusoids
+    from bertkit.heads import BertForMaskedLM
+    from bertkit.pretrain.init import initialise
+    from bertkit.pretrain.setup import TrainConfig, model_config
 
-    std = hidden ** -0.5
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-                module.weight.normal_(0.0, std)
-        table = model.bert.embeddings.position_embeddings.weight
-        table.copy_(sinusoids(*table.shape) * std * 2 ** 0.5)
+    cfg = TrainConfig(data=str(data), out=str(out), preset=PRESET, recipe="budget", seed=SEED, init=init)
+    torch.manual_seed(SEED)
+    model = initialise(BertForMaskedLM(model_config(cfg, json.loads((data / "manifest.json").read_text()))), init)
+    model.save_pretrained(out)
+    return out
 
 
 def run_transformers(data: Path, work: Path, out: Path, minutes: float, hyper: dict, marks: int) -> dict:
     import torch
     import transformers
     from transformers import (
-        BertConfig,
         BertForMaskedLM,
         BertTokenizerFast,
         DataCollatorForLanguageModeling,
@@ -200,20 +200,10 @@ def run_transformers(data: Path, work: Path, out: Path, minutes: float, hyper: d
         TrainingArguments,
     )
 
-    from bertkit.config import PRESETS
-
-    shape = PRESETS[PRESET]
-    manifest = json.loads((data / "manifest.json").read_text())
     tokenizer = BertTokenizerFast(vocab_file=str(work / "vocab" / "vocab.txt"))
-    config = BertConfig(vocab_size=int(manifest["vocab_size"]), hidden_size=shape.hidden_size,
-                        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
-                        intermediate_size=shape.intermediate_size, max_position_embeddings=shape.max_position_embeddings,
-                        hidden_dropout_prob=hyper["dropout"], attention_probs_dropout_prob=hyper["dropout"],
-                        pad_token_id=int(manifest["pad_id"]))
-    torch.manual_seed(SEED)
-    model = BertForMaskedLM(config)
-    if hyper["init"] == "scaled":  # the budget recipe's starting weights (bertkit.pretrain.init), on HF's model
-        scaled_init(model, config.hidden_size)
+    start = starting_weights(data, hyper["init"], work / "transformers-start")
+    model = BertForMaskedLM.from_pretrained(start, hidden_dropout_prob=hyper["dropout"],
+                                            attention_probs_dropout_prob=hyper["dropout"])
     args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=hyper["batch_size"],
                              learning_rate=hyper["lr"], weight_decay=hyper["weight_decay"], adam_epsilon=1e-6,
                              adam_beta2=hyper["adam_beta2"],

@@ -64,7 +64,6 @@ def _teacher_task(job: DistillJob, rt: Runtime):
             raise UserError(f"an embedding student must be as wide as its teacher ({plan.config.hidden_size} vs "
                             f"{load_config(teacher_dir).hidden_size}): its vectors are compared with the teacher's")
         from bertkit.model import BertModel
-
         from bertkit.search.encoder import model_normalizes
 
         teacher = BertModel.from_pretrained(teacher_dir)

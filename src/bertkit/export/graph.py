@@ -154,18 +154,6 @@ def graph_kind(model_dir: str | Path, graph: str = "auto") -> str:
     return head
 
 
-def normalizes(model_dir: str | Path) -> bool:
-    """Whether a sentence-transformers directory's modules end in a Normalize module."""
-    path = Path(model_dir) / "modules.json"
-    if not path.is_file():
-        return False
-    try:
-        modules = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"not valid JSON ({e})", path) from None
-    return isinstance(modules, list) and any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict))
-
-
 def build_graph(model_dir: str | Path, kind: str, pooling: str, normalize: bool,
                 fused_attention: bool) -> tuple[nn.Module, tuple[str, ...]]:
     """(the eval-mode module to trace, its output names) for a directory of this kind."""

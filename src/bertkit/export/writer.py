@@ -24,7 +24,8 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.export import META_FILE
-from bertkit.export.graph import INPUTS, build_graph, graph_kind, normalizes
+from bertkit.export.graph import INPUTS, build_graph, graph_kind
+from bertkit.search.encoder import model_normalizes
 
 ONNX_FILE, INT8_FILE = "model.onnx", "model_int8.onnx"
 OPSET = 17
@@ -130,7 +131,7 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, *, int8: b
     kind = graph_kind(model_dir, graph)
     own_pooling, max_length = model_pooling(model_dir)
     pooling = pooling or own_pooling
-    normalize = normalizes(model_dir) if normalize is None else normalize
+    normalize = model_normalizes(model_dir) if normalize is None else normalize
     module, names = build_graph(model_dir, kind, pooling, normalize, fused_attention)
     meta = {"format": "onnx", "kind": kind, "inputs": list(INPUTS), "outputs": list(names), "opset": OPSET,
             "attention": "fused" if fused_attention else "plain", "bertkit_version": __version__,

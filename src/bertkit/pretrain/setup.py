@@ -40,7 +40,7 @@ class TrainConfig:
     dropout: float | None = None  # every dropout while pretraining; None: the model config's (saved as is)
     precision: str | None = None  # "fp32", "bf16" (autocast) or "auto" (bf16 where the hardware runs it fast)
     adam_beta2: float | None = None  # AdamW's second-moment decay
-    init: str | None = None  # a new model's weights: "bert" (N(0, 0.02)) or "fan-in" (bertkit.pretrain.init)
+    init: str | None = None  # a new model's weights: "bert" (N(0, 0.02)) or "scaled" (bertkit.pretrain.init)
     mask_rate: float = 0.15  # fraction of tokens predicted
     whole_word_mask: bool = False  # mask all pieces of a word together
     mask_rule: str = "80/10/10"  # of the chosen tokens, percent [MASK] / random / kept (Table 8's ablations)

@@ -50,8 +50,12 @@ def model_pooling(model_dir: str | os.PathLike) -> tuple[str, int]:
 
 def model_normalizes(model_dir: str | os.PathLike) -> bool:
     """Whether the directory's sentence-transformers modules end in Normalize (unit-length vectors)."""
-    modules = Path(model_dir) / "modules.json"
-    return modules.is_file() and any(str(m.get("type", "")).endswith("Normalize") for m in _read(modules))
+    path = Path(model_dir) / "modules.json"
+    if not path.is_file():
+        return False
+    modules = _read(path)
+    return isinstance(modules, list) and any(str(m.get("type", "")).endswith("Normalize")
+                                             for m in modules if isinstance(m, dict))
 
 
 @dataclass
