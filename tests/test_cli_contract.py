@@ -181,7 +181,7 @@ CASES = [
     Case(PT.replace("$data", "$tiny"), "no manifest.json"),
     Case(PT.replace("$data", "$packed"), "--objective mlm"),
     Case(f"{PT} --batch-size 12 --grad-accum 5", "--batch-size 12 must be divisible"),
-    Case(f"{PT} --tokenizer .", "argument --tokenizer: .: no vocab.txt"),
+    Case(f"{PT} --tokenizer .", "argument --tokenizer: .: no vocab.txt or tokenizer.json"),
     Case(PT, "run: exists and is not a folder", {"run": "a file"}),
     Case(PT, "run: run folder exists; pass --resume to continue it, --overwrite", copy=("run",)),
     Case(f"{PT} --overwrite", "run: is a folder of other files, not a previous run", {"run/notes.txt": "mine"}),
@@ -205,7 +205,7 @@ CASES = [
     Case(PR.replace("$corpus", "empty.txt"), "empty.txt: empty file", {"empty.txt": ""}),
     Case(PR.replace("$corpus", "docs"), "docs: folder holds no", {"docs/readme.md": "# no text files"}),
     Case(PR.replace("$tok", "nowhere"), "argument --tokenizer: nowhere: no such folder"),
-    Case(PR.replace("$tok", "."), "argument --tokenizer: .: no vocab.txt"),
+    Case(PR.replace("$tok", "."), "argument --tokenizer: .: no vocab.txt or tokenizer.json"),
     Case(f"{PR} --max-seq-len 4", "argument --max-seq-len"),
     Case(f"{PR} --val-fraction 1", "argument --val-fraction"),
     Case(f"{PR} --format bert", "argument --format"),
@@ -226,7 +226,7 @@ CASES = [
     # tokenize
     Case("tokenize --model $tiny hello --max-length 1", "argument --max-length"),
     Case("tokenize --model nowhere hello", "argument --model: nowhere: no such folder"),
-    Case("tokenize --model . hello", "argument --model: .: no vocab.txt"),
+    Case("tokenize --model . hello", "argument --model: .: no vocab.txt or tokenizer.json"),
     # embed
     Case(EM, "out.npy: exists; pass --overwrite", {"out.npy": "old vectors"}),
     Case(f"{EM} --overwrite", "out.npy: is a folder", {"out.npy/keep.txt": "mine"}),

@@ -211,3 +211,41 @@ def test_index_and_search_from_the_command_line(tiny_dir, reranker_dir, tmp_path
     both = json.loads(done.stdout)
     assert len(both) == 2 and all(len(r["hits"]) == 2 and "rerank_score" in r["hits"][0] for r in both)
     assert not [p for p in (tmp_path / "idx").iterdir() if p.suffix in (".pkl", ".pickle", ".bin")]
+
+
+@pytest.mark.parametrize("config, want", [
+    ({"embedding_dimension": 32, "pooling_mode": "max", "include_prompt": True}, "max"),  # sentence-transformers >= 6
+    ({"pooling_mode": ["cls"]}, "cls"),
+    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False}, "mean"),  # earlier versions
+])
+def test_both_pooling_config_layouts_read(tmp_path, config, want):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling",
+                                                        "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    assert model_pooling(tmp_path)[0] == want
+
+
+@pytest.mark.parametrize("config", [{"pooling_mode": "weightedmean"}, {"pooling_mode": ["cls", "mean"]}, {}])
+def test_pooling_bertkit_cannot_give_is_a_user_error(tmp_path, config):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "1_Pooling", "type": "Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="1_Pooling/config.json: pooling must be exactly one of cls, mean or max"):
+        model_pooling(tmp_path)
+
+
+def test_a_directory_saved_by_sentence_transformers_embeds_as_it_does(tiny_dir, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    from bertkit.search.encoder import Encoder
+
+    from bertkit.search.encoder import write_sentence_transformers_files
+
+    shutil.copytree(tiny_dir, tmp_path / "ours")
+    write_sentence_transformers_files(tmp_path / "ours", "max", 64, width=32)
+    ours = st.SentenceTransformer(str(tmp_path / "ours"), device="cpu")
+    ours.save(str(tmp_path / "saved"))  # the installed version's own layout
+    texts = _passages(6, seed=2)
+    want = ours.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+    got = Encoder.load(tmp_path / "saved").encode(texts)
+    np.testing.assert_allclose(got, want, atol=1e-5)

@@ -297,3 +297,18 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and expected in err, err
     assert not (tmp_path / "tok").exists()
+
+
+def test_a_folder_with_only_tokenizer_json_loads_the_same_tokenizer(tmp_path):
+    """sentence-transformers >= 6 saves tokenizer.json without vocab.txt."""
+    tok = Tokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world",
+                                                  "##s"])}, lowercase=False)
+    tok.save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").unlink()
+    (tmp_path / "tokenizer_config.json").unlink()
+    again = Tokenizer.from_pretrained(tmp_path)
+    assert again.vocab == tok.vocab and again.lowercase is False
+    assert again.encode("hello worlds").ids == tok.encode("hello worlds").ids
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {}}}', encoding="utf-8")
+    with pytest.raises(UserError, match="tokenizer.json: not a WordPiece tokenizer"):
+        Tokenizer.from_pretrained(tmp_path)

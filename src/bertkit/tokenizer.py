@@ -44,6 +44,29 @@ class Encoding:
         return len(self.ids)
 
 
+def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], bool]:
+    """(vocabulary, lowercase) of a BERT tokenizer.json: its WordPiece model's vocab and its
+    BertNormalizer's `lowercase` (a Lowercase step in a Sequence counts too)."""
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"not valid JSON ({e})", path) from None
+    model = spec.get("model") if isinstance(spec, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise UserError("not a WordPiece tokenizer (BERT's): bertkit reads model.vocab of type WordPiece", path)
+    vocab = {str(t): int(i) for t, i in model["vocab"].items()}
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise UserError("vocabulary ids are not 0..n-1 without gaps", path)
+    for tok in ("[UNK]", "[CLS]", "[SEP]"):
+        if tok not in vocab:
+            raise UserError(f"vocabulary has no {tok} token", path)
+    norm = spec.get("normalizer") or {}
+    steps = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+    lowercase = any((s.get("type") == "BertNormalizer" and s.get("lowercase", True)) or s.get("type") == "Lowercase"
+                    for s in steps if isinstance(s, dict))
+    return vocab, lowercase
+
+
 def _read_vocab(path: Path) -> dict[str, int]:
     vocab: dict[str, int] = {}
     try:
@@ -134,10 +157,15 @@ class Tokenizer:
     # ---- loading and saving ----
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
+        """From a model directory's vocab.txt (with tokenizer_config.json's casing), or, where a
+        directory has only tokenizer.json (as sentence-transformers >= 6 saves), its WordPiece
+        vocabulary and its normalizer's casing."""
         path = Path(path)
         vocab_file = path / "vocab.txt" if path.is_dir() else path
+        if path.is_dir() and not vocab_file.exists() and (path / "tokenizer.json").is_file():
+            return cls(*_read_tokenizer_json(path / "tokenizer.json"))
         if not vocab_file.exists():
-            raise UserError("no vocab.txt (need a model directory or a folder with vocab.txt)", path)
+            raise UserError("no vocab.txt or tokenizer.json (need a model directory or a folder with vocab.txt)", path)
         lowercase = True
         config = vocab_file.parent / "tokenizer_config.json"
         if config.exists():

@@ -137,10 +137,10 @@ def model_dir(text: str) -> str:
 
 
 def tokenizer_dir(text: str) -> str:
-    """A folder holding vocab.txt (a tokenizer or a model directory)."""
+    """A folder holding vocab.txt or tokenizer.json (a tokenizer or a model directory)."""
     existing_dir(text)
-    if not (Path(text) / "vocab.txt").is_file():
-        raise argparse.ArgumentTypeError(f"{text}: no vocab.txt (a tokenizer or model folder holds one)")
+    if not any((Path(text) / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        raise argparse.ArgumentTypeError(f"{text}: no vocab.txt or tokenizer.json (a tokenizer or model folder holds one)")
     return text
 
 

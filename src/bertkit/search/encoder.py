@@ -28,6 +28,18 @@ def _read(path: Path):
         raise UserError(f"not valid JSON ({e})", path) from None
 
 
+def _pooling_mode(config: dict, path: Path) -> str:
+    """The pooling a 1_Pooling/config.json names: sentence-transformers >= 6 writes
+    `"pooling_mode": "mean"` (a string, or a list of modes), earlier versions one boolean per mode."""
+    mode = config.get("pooling_mode")
+    if isinstance(mode, list) and len(mode) == 1:
+        mode = mode[0]
+    chosen = [mode] if mode is not None else [name for key, name in _MODES.items() if config.get(key)]
+    if len(chosen) != 1 or chosen[0] not in _MODES.values():
+        raise UserError(f"pooling must be exactly one of cls, mean or max (found {chosen or 'none'})", path)
+    return chosen[0]
+
+
 def model_pooling(model_dir: str | os.PathLike) -> tuple[str, int]:
     """(pooling, max_length) as the directory's sentence-transformers files say, else (mean, 256)."""
     model_dir = Path(model_dir)
@@ -36,12 +48,8 @@ def model_pooling(model_dir: str | os.PathLike) -> tuple[str, int]:
     if modules.is_file():
         for module in _read(modules):
             if str(module.get("type", "")).endswith("Pooling"):
-                config = _read(model_dir / module.get("path", "") / "config.json")
-                chosen = [name for key, name in _MODES.items() if config.get(key)]
-                if len(chosen) != 1:
-                    raise UserError("pooling must be exactly one of cls, mean or max tokens",
-                                    model_dir / module.get("path", "") / "config.json")
-                pooling = chosen[0]
+                path = model_dir / module.get("path", "") / "config.json"
+                pooling = _pooling_mode(_read(path), path)
     settings = model_dir / "sentence_bert_config.json"
     if settings.is_file():
         max_length = int(_read(settings).get("max_seq_length") or DEFAULT_MAX_LENGTH)
