@@ -1,7 +1,7 @@
 """Domain adaptation: does continued MLM pretraining on in-domain text help all-MiniLM-L6-v2
 fine-tune on a task of that domain?
 
-    python bench/domain_adapt.py [--minutes 30] [--seeds 1,2,3] [--work runs/domain-adapt]
+    python bench/domain_adapt.py [--minutes 20] [--seeds 1,2,3] [--work runs/domain-adapt]
 
 The domain is 19th- and early 20th-century fiction from the shared Project Gutenberg books,
 far from MiniLM's training text (web pages, forums, question pairs, papers). The task is
@@ -9,7 +9,7 @@ authorship: which of 8 authors (Alcott, Austen, C. Brontë, Burroughs, Dickens, 
 Wells; each with 4 books) wrote a passage. Each author's last book (in file-name order) is held
 out: its passages are the dev set, so the model must recognise style across books, not names
 or plots. Passages are paragraphs of 40-400 words (hard-wrapped lines joined), cut to their
-first 100 words; 250 training passages per author from the other three books, 100 dev passages
+first 64 words; 200 training passages per author from the other three books, 100 dev passages
 from the held-out book, drawn with random.Random(0).
 
 1. The in-domain corpus is the full text of the 24 training books (the held-out books never
@@ -19,7 +19,7 @@ from the held-out book, drawn with random.Random(0).
    one thread (at most 30 CPU-minutes): lr 1e-4, batch 32, 128 tokens, warm-up 6%; the missing
    MLM head starts tied to the word embeddings.
 3. `bertkit finetune --task classify` from MiniLM and from the adapted model, the same recipe
-   (3 epochs, lr 5e-5, batch 32, 128 tokens, warm-up 10%, weight decay 0.01), seeds 1-3, one
+   (3 epochs, lr 5e-5, batch 32, 96 tokens, warm-up 10%, weight decay 0.01), seeds 1-3, one
    thread each; dev accuracy per seed.
 
 Finished steps are skipped on a rerun (a run folder with results.json is reused). Writes
@@ -44,8 +44,8 @@ ROOT = HERE.parent
 SHARED = Path(os.environ.get("BERTKIT_SHARED", ROOT.parent / "shared")) / "data"
 AUTHORS = ("alcott_louisa_may", "austen_jane", "bronte_charlotte", "burroughs_edgar_rice", "dickens_charles",
            "hardy_thomas", "stoker_bram", "wells_h_g_herbert_george")
-TRAIN_PER_AUTHOR, DEV_PER_AUTHOR, WORDS = 250, 100, 100
-FINETUNE = ["--epochs", "3", "--lr", "5e-5", "--batch-size", "32", "--max-seq-len", "128", "--warmup", "0.1",
+TRAIN_PER_AUTHOR, DEV_PER_AUTHOR, WORDS = 200, 100, 64
+FINETUNE = ["--epochs", "3", "--lr", "5e-5", "--batch-size", "32", "--max-seq-len", "96", "--warmup", "0.1",
             "--weight-decay", "0.01", "--device", "cpu", "--no-progress"]
 
 
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     from bertkit.io import read_json, write_json
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--minutes", type=float, default=30.0, help="continued pretraining, wall-clock minutes, one thread")
+    p.add_argument("--minutes", type=float, default=20.0, help="continued pretraining, wall-clock minutes, one thread")
     p.add_argument("--seeds", default="1,2,3", help="fine-tuning seeds")
     p.add_argument("--work", default=str(ROOT / "runs" / "domain-adapt"), help="scratch folder")
     p.add_argument("--out", default=str(ROOT / "docs" / "results" / "domain-adapt"), help="results folder")

@@ -225,3 +225,51 @@ def test_scored_rows_train_with_cosent_and_evaluate_reproduces_the_dev_scores(ti
     settings = json.loads((tmp_path / "out" / "model" / "finetune.json").read_text())
     assert settings["loss"] == "cosent" and settings["pooling"] == "mean"
     assert_same_metrics(results, evaluate(capsys, tmp_path / "out" / "model", "embedding", tmp_path / "dev.tsv"))
+
+
+def _brute_force_cost(lengths, max_groups, group_cost):
+    """The least padded cost over every split of the length-sorted rows into <= max_groups runs."""
+    import itertools
+
+    ls = sorted(lengths)
+    best = float("inf")
+    for k in range(1, max_groups + 1):
+        for cuts in itertools.combinations(range(1, len(ls)), k - 1):
+            edges = (0, *cuts, len(ls))
+            best = min(best, sum((b - a) * ls[b - 1] + group_cost for a, b in zip(edges, edges[1:])))
+    return best
+
+
+def test_length_groups_are_the_cheapest_split():
+    from bertkit.data.batching import length_groups
+
+    rng = random.Random(3)
+    for _ in range(40):
+        lengths = [rng.choice([rng.randint(3, 20), rng.randint(60, 128)]) for _ in range(rng.randint(1, 9))]
+        groups = length_groups(lengths, max_groups=3, group_cost=16)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        cost = sum(len(g) * max(lengths[i] for i in g) + 16 for g in groups)
+        assert cost == _brute_force_cost(lengths, 3, 16)
+    assert [len(g) for g in length_groups([15] * 32 + [128] * 32)] == [32, 32]  # questions, paragraphs
+    assert len(length_groups([30, 31, 32, 33])) == 1  # not worth a second forward pass
+
+
+def test_a_batch_is_embedded_in_length_groups_and_returned_in_row_order(tiny_dir):
+    from bertkit.data.batching import collate
+    from bertkit.embed import pool
+    from bertkit.model import BertModel
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(tiny_dir)
+    model = BertModel.from_pretrained(tiny_dir).eval()
+    texts = [" ".join(NOUNS[: 2 + (7 * i) % 23]) if i % 2 else f"the {NOUNS[i]}" for i in range(12)]
+    inputs = collate([{"input_ids": e.ids} for e in tok.encode_batch(texts, max_length=32)], tok.pad_id)
+    widths = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    got = EmbeddingTask(tok, 32, pooling="mean").encode(model, inputs)
+    hook.remove()
+    assert len(widths) >= 2 and min(widths) < inputs["input_ids"].shape[1]  # short texts not padded to the longest
+    with torch.no_grad():
+        want = pool(model(**inputs).last_hidden_state, inputs["attention_mask"], "mean")
+    assert _max_diff(got.detach(), want) < 1e-5

@@ -55,5 +55,36 @@ def collate(features: list[dict], pad_id: int = 0) -> dict[str, Tensor]:
     return batch
 
 
+def length_groups(lengths: Sequence[int], max_groups: int = 4, group_cost: int = 64) -> list[list[int]]:
+    """Row indices in at most `max_groups` groups of similar length, each sorted by length, that
+    minimise the padded tokens sum(len(group) * longest in group) plus `group_cost` tokens per
+    group (a forward pass's fixed cost). A contrastive batch of 32 short questions and 32
+    paragraphs becomes two groups, as if each column were embedded on its own."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if not order:
+        return []
+    values = sorted(set(lengths))  # groups only ever split between different lengths
+    below = [0]  # below[u]: rows shorter than values[u]
+    for v in values:
+        below.append(below[-1] + sum(1 for x in lengths if x == v))
+    u, inf = len(values), float("inf")
+    # best[g][b]: cost of the rows with the b shortest lengths in g groups; cut: where the last starts.
+    best = [[0.0] + [inf] * u] + [[inf] * (u + 1) for _ in range(max_groups)]
+    cut = [[0] * (u + 1) for _ in range(max_groups + 1)]
+    for g in range(1, max_groups + 1):
+        for b in range(1, u + 1):
+            for a in range(g - 1, b):
+                c = best[g - 1][a] + (below[b] - below[a]) * values[b - 1] + group_cost
+                if c < best[g][b]:
+                    best[g][b], cut[g][b] = c, a
+    g = min(range(1, max_groups + 1), key=lambda k: best[k][u])
+    groups, b = [], u
+    while g:
+        a = cut[g][b]
+        groups.append(order[below[a]:below[b]])
+        b, g = a, g - 1
+    return groups[::-1]
+
+
 def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}

@@ -139,9 +139,25 @@ class EmbeddingTask:
         write_sentence_transformers_files(out, self.pooling, self.max_seq_len, model.config.hidden_size, self.normalize)
 
     def encode(self, model: nn.Module, inputs: dict[str, Tensor]) -> Tensor:
+        """(U, C) pooled vectors of the batch's texts, embedded in groups of similar length
+        (`length_groups`), each cut to its longest text, then put back in row order: a batch
+        of short queries and long passages is not padded to the passages' length throughout."""
+        from bertkit.data.batching import length_groups
         from bertkit.embed import pool
 
-        return pool(model(**inputs).last_hidden_state, inputs["attention_mask"], self.pooling)
+        mask = inputs["attention_mask"]
+        lengths = mask.sum(dim=1).tolist()
+        parts, order = [], []
+        for group in length_groups(lengths):
+            rows = torch.tensor(group, device=mask.device)
+            width = max(lengths[i] for i in group)
+            sub = {k: v[rows, :width] for k, v in inputs.items()}
+            parts.append(pool(model(**sub).last_hidden_state, sub["attention_mask"], self.pooling))
+            order += group
+        vectors = torch.cat(parts)
+        inverse = torch.empty(len(order), dtype=torch.long, device=vectors.device)
+        inverse[torch.tensor(order, device=vectors.device)] = torch.arange(len(order), device=vectors.device)
+        return vectors[inverse]
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         from bertkit.finetune.contrastive import CachedEmbeddings, cosent_loss, in_batch_loss, matryoshka
