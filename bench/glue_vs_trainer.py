@@ -128,13 +128,13 @@ def main(argv=None) -> int:
                         if not glue_table.run_path(args.results, task, p, seed).exists()]
                 if not todo:
                     continue
-                if past(args.stop_at):
-                    print(f"{stamp()} past --stop-at {args.stop_at}: no new pair; rerun to resume", flush=True)
-                    render(args, tasks, seeds)
-                    return 0
                 if not first:
                     time.sleep(args.pause)
                 first = False
+                if past(args.stop_at):  # after the pause, so no pair starts past the time
+                    print(f"{stamp()} past --stop-at {args.stop_at}: no new pair; rerun to resume", flush=True)
+                    render(args, tasks, seeds)
+                    return 0
                 print(f"{stamp()} {task} seed {seed}: starting {', '.join(todo)}", flush=True)
                 run_pair(args, task, seed, todo)
                 render(args, tasks, seeds)
