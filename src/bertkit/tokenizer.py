@@ -44,6 +44,12 @@ class Encoding:
         return len(self.ids)
 
 
+def _check_specials(vocab: dict[str, int], path: Path) -> None:
+    for tok in ("[UNK]", "[CLS]", "[SEP]"):
+        if tok not in vocab:
+            raise UserError(f"vocabulary has no {tok} token", path)
+
+
 def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], bool]:
     """(vocabulary, lowercase) of a BERT tokenizer.json: its WordPiece model's vocab and its
     BertNormalizer's `lowercase` (a Lowercase step in a Sequence counts too)."""
@@ -57,9 +63,7 @@ def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], bool]:
     vocab = {str(t): int(i) for t, i in model["vocab"].items()}
     if sorted(vocab.values()) != list(range(len(vocab))):
         raise UserError("vocabulary ids are not 0..n-1 without gaps", path)
-    for tok in ("[UNK]", "[CLS]", "[SEP]"):
-        if tok not in vocab:
-            raise UserError(f"vocabulary has no {tok} token", path)
+    _check_specials(vocab, path)
     norm = spec.get("normalizer") or {}
     steps = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
     lowercase = any((s.get("type") == "BertNormalizer" and s.get("lowercase", True)) or s.get("type") == "Lowercase"
@@ -80,9 +84,7 @@ def _read_vocab(path: Path) -> dict[str, int]:
         if token in vocab:
             raise UserError(f"duplicate vocabulary entry {token!r}", path, i + 1)
         vocab[token] = i
-    for tok in ("[UNK]", "[CLS]", "[SEP]"):
-        if tok not in vocab:
-            raise UserError(f"vocabulary has no {tok} token", path)
+    _check_specials(vocab, path)
     return vocab
 
 

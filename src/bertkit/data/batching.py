@@ -9,7 +9,9 @@ Shape legend: B batch, T the batch's longest sequence.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from itertools import accumulate
 
 import torch
 from torch import Tensor
@@ -63,10 +65,9 @@ def length_groups(lengths: Sequence[int], max_groups: int = 4, group_cost: int =
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     if not order:
         return []
-    values = sorted(set(lengths))  # groups only ever split between different lengths
-    below = [0]  # below[u]: rows shorter than values[u]
-    for v in values:
-        below.append(below[-1] + sum(1 for x in lengths if x == v))
+    counts = Counter(lengths)
+    values = sorted(counts)  # groups only ever split between different lengths
+    below = [0, *accumulate(counts[v] for v in values)]  # below[u]: rows shorter than values[u]
     u, inf = len(values), float("inf")
     # best[g][b]: cost of the rows with the b shortest lengths in g groups; cut: where the last starts.
     best = [[0.0] + [inf] * u] + [[inf] * (u + 1) for _ in range(max_groups)]
