@@ -1,6 +1,6 @@
 """bertkit finetune against transformers' Trainer on the shared GLUE tasks, seed by seed, resumable.
 
-    python bench/glue_vs_trainer.py [--launcher /work/bin/cpu-run] [--stop-at 12:40]
+    python bench/glue_vs_trainer.py [--tasks mrpc,rte] [--stop-at 12:40] [--launcher "nice -n 5"]
 
 For each task (MRPC, RTE, STS-B, CoLA, SST-2 on a fixed 8,000-example subset) and each seed 1..5,
 runs `bertkit finetune` and `bench/hf_trainer_finetune.py` side by side, one thread each, with
@@ -47,7 +47,7 @@ def parse_args(argv):
     p.add_argument("--results", default=str(ROOT / "docs/results/glue-vs-trainer"), help="per-run JSON folder")
     p.add_argument("--work", default=str(ROOT / "runs/glue-vs-trainer"), help="scratch folder for the runs")
     p.add_argument("--readme", default=str(ROOT / "README.md"), help="README whose table is redrawn")
-    p.add_argument("--launcher", default="", help="command prefix for each run, e.g. /work/bin/cpu-run")
+    p.add_argument("--launcher", default="", help="command prefix for each run, e.g. \"nice -n 5\"")
     p.add_argument("--pause", type=float, default=20.0, help="seconds to wait between pairs")
     p.add_argument("--stop-at", default=None, metavar="HH:MM", help="UTC time after which no pair starts")
     p.add_argument("--render-only", action="store_true", help="redraw table, summary and plot; run nothing")
@@ -92,8 +92,9 @@ def run_pair(args, task: str, seed: int, todo: list[str]) -> None:
             print(f"{stamp()} {task} seed {seed} {name}: FAILED (exit {code}); see {log.name}", flush=True)
 
 
-def render(args, tasks: list[str], seeds: list[int]) -> None:
-    summary = glue_table.summarize(Path(args.results), tasks, seeds)
+def render(args, seeds: list[int]) -> None:
+    """Table, summary and plot of every task, whichever --tasks ran: a partial run keeps the others' rows."""
+    summary = glue_table.summarize(Path(args.results), list(glue_table.TASKS), seeds)
     write_json(Path(args.results) / "summary.json", summary)
     glue_table.plot(summary, Path(args.results) / "table.png")
     readme = Path(args.readme)
@@ -133,13 +134,13 @@ def main(argv=None) -> int:
                 first = False
                 if past(args.stop_at):  # after the pause, so no pair starts past the time
                     print(f"{stamp()} past --stop-at {args.stop_at}: no new pair; rerun to resume", flush=True)
-                    render(args, tasks, seeds)
+                    render(args, seeds)
                     return 0
                 print(f"{stamp()} {task} seed {seed}: starting {', '.join(todo)}", flush=True)
                 run_pair(args, task, seed, todo)
-                render(args, tasks, seeds)
-    render(args, tasks, seeds)
-    print(glue_table.render(glue_table.summarize(Path(args.results), tasks, seeds)), flush=True)
+                render(args, seeds)
+    render(args, seeds)
+    print(glue_table.render(glue_table.summarize(Path(args.results), list(glue_table.TASKS), seeds)), flush=True)
     return 0
 
 

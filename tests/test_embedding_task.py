@@ -273,3 +273,18 @@ def test_a_batch_is_embedded_in_length_groups_and_returned_in_row_order(tiny_dir
     with torch.no_grad():
         want = pool(model(**inputs).last_hidden_state, inputs["attention_mask"], "mean")
     assert _max_diff(got.detach(), want) < 1e-5
+
+
+def test_a_new_head_on_a_near_zero_pooler_gets_a_note(tiny_dir, tmp_path):
+    """all-MiniLM-L6-v2's pooler has weight std 0.009: a reranker on it learned nothing at lr 3e-5."""
+    from bertkit.finetune.task import pooler_note
+    from bertkit.heads import BertForSequenceClassification
+
+    model = BertForSequenceClassification.from_pretrained(tiny_dir, id2label={0: "LABEL_0"})
+    assert model.load_report["initialized"]
+    torch.nn.init.normal_(model.encoder.pooler.weight, std=0.02)
+    assert pooler_note(model) is None
+    torch.nn.init.normal_(model.encoder.pooler.weight, std=0.009)
+    assert "near zero (weight std 0.009)" in pooler_note(model)
+    model.save_pretrained(tmp_path / "trained")
+    assert pooler_note(BertForSequenceClassification.from_pretrained(tmp_path / "trained")) is None  # head not new

@@ -48,3 +48,16 @@ def test_goal_check_and_rendering(tmp_path):
     assert glue_table.replace_section(new, table) == new
     glue_table.plot(summary, tmp_path / "table.png")
     assert (tmp_path / "table.png").stat().st_size > 1000
+
+
+def test_a_run_limited_to_some_tasks_keeps_every_tasks_rows(tmp_path):
+    import glue_vs_trainer
+
+    _write(tmp_path / "runs", "rte", "bertkit", 1, 61, 100)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{glue_table.START}\nold\n{glue_table.END}\n")
+    assert glue_vs_trainer.main(["--render-only", "--tasks", "mrpc", "--model", "m", "--glue", "g", "--seeds", "1",
+                                 "--results", str(tmp_path / "runs"), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert all(f"| {name} |" in text for name in ("MRPC", "RTE", "STS-B", "CoLA")), text
+    assert "| RTE | accuracy | bertkit | 61.00 |" in text

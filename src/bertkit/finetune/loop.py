@@ -30,7 +30,7 @@ from torch import nn
 
 from bertkit.errors import UserError
 from bertkit.finetune.registry import RUN_FILE
-from bertkit.finetune.task import Prepared, Runtime, Task
+from bertkit.finetune.task import Prepared, Runtime, Task, pooler_note
 from bertkit.io import atomic_dir, write_json
 from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
 
@@ -228,6 +228,8 @@ def _train_and_save(task: Task, model_dir: Path, train: Prepared, dev: Prepared,
     for seed in hp.seeds:
         set_seed(seed)
         model = new_model(task, model_dir) if new_model is not None else task.new_model(model_dir)
+        if seed == hp.seeds[0] and (note := pooler_note(model)):
+            log("note: " + note)
         run, predictions = train_seed(task, model, train, dev, hp, rt, seed, log)
         runs.append(run)
         score = run.dev.get(task.main_metric, -math.inf)

@@ -106,6 +106,21 @@ def infer(model: nn.Module, collate, data: Prepared, rt: Runtime, **forward_kwar
             bar.update(len(indices))
 
 
+def pooler_note(model: nn.Module) -> str | None:
+    """A warning when a new head reads a pooler whose weights are near zero (all-MiniLM-L6-v2's
+    weight std is 0.009, where BERT's init gives 0.02 and trained poolers more): the pooled [CLS]
+    is then ~0.05 in size, and at the usual learning rates (2e-5 to 5e-5) the head's logits barely
+    move in hundreds of steps. None when the head is not new or reads no pooler."""
+    pooler = getattr(getattr(model, "encoder", None), "pooler", None)
+    if pooler is None or not getattr(model, "load_report", {}).get("initialized"):
+        return None
+    std = float(pooler.weight.detach().float().std())
+    if std >= 0.01:
+        return None
+    return (f"the checkpoint's pooler is near zero (weight std {std:.3f}): a new head on the pooled [CLS] "
+            "learns slowly at small learning rates; if the training loss stays flat, raise --lr (e.g. 3e-4)")
+
+
 def require_trained_head(model: nn.Module, model_dir: Path) -> None:
     """Evaluation needs a fine-tuned head: refuse a directory whose head would be random."""
     if getattr(model, "load_report", {}).get("initialized"):
