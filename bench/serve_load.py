@@ -71,8 +71,12 @@ def sentences(n: int) -> list[str]:
 class Server:
     """`bertkit serve` in a subprocess on a free loopback port; stderr kept in `lines`."""
 
+    threads: str | None = None  # OMP_NUM_THREADS for the server (--server-threads); None: inherited
+
     def __init__(self, *flags: str):
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        if self.threads:
+            env |= {"OMP_NUM_THREADS": self.threads, "MKL_NUM_THREADS": self.threads}
         self.proc = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", "--model", f"mini={model_dir()}",
                                       "--port", "0", *flags], env=env, stderr=subprocess.PIPE, text=True)
         first = self.proc.stderr.readline()
@@ -105,11 +109,17 @@ def reference(texts: list[str]) -> dict[str, np.ndarray]:
     return dict(zip(texts, vectors))
 
 
-def model_only(texts: list[str]) -> dict:
+def model_only(texts: list[str], threads: str | None = None) -> dict:
     """The model alone, no server, on the unpadded path as the server runs it: texts/s at batch 32
-    and at batch 1. Their ratio bounds what any batcher can gain on this CPU."""
+    and at batch 1, on the server's thread count. Their ratio bounds what a batcher can gain here."""
+    import torch
+
     from bertkit.embed import embed_texts, load_encoder
     from bertkit.model import set_unpadding
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
 
     model, tokenizer = load_encoder(model_dir())
     set_unpadding(model)
@@ -119,6 +129,7 @@ def model_only(texts: list[str]) -> dict:
         embed_texts(model, tokenizer, texts, pooling="mean", batch_size=size, max_length=256, progress=False)
         rates.setdefault(size, []).append(len(texts) / (time.perf_counter() - start))
     best = {size: max(r) for size, r in rates.items()}
+    torch.set_num_threads(before)
     return {"batch32_texts_per_s": best[32], "batch1_texts_per_s": best[1], "ratio": best[32] / best[1]}
 
 
@@ -330,6 +341,23 @@ def _check(results: dict) -> list[str]:
     return problems
 
 
+def batching_only(results: dict, pool: list[str], ref: dict, args) -> int:
+    """Part 2 alone: the same 32-client load against a batching server and a one-at-a-time one."""
+    for key, flags in (("batched", ()), ("one_at_a_time", ("--max-batch-size", "1"))):
+        server = Server("--api-key", KEY, *flags)
+        try:
+            asyncio.run(load(server.url, pool, ref, 100, 8, 60, False, 1))  # warm-up, not reported
+            results[key] = asyncio.run(load(server.url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
+        finally:
+            server.stop()
+    results["batching_ratio"] = results["batched"]["requests_per_s"] / results["one_at_a_time"]["requests_per_s"]
+    lost = [k for k in ("batched", "one_at_a_time") if results[k]["outcomes"] != {"ok": args.batch_requests}]
+    print(json.dumps({k: results[k] for k in ("model_only", "batched", "one_at_a_time", "batching_ratio")}, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 1 if lost else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--requests", type=int, default=5000)
@@ -338,13 +366,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=900, help="bound on each load run")
     p.add_argument("--per-request", type=int, default=2, help="most texts in one load-run request")
     p.add_argument("--repeats", type=int, default=10, help="times each bad input is sent")
+    p.add_argument("--server-threads", default=None,
+                   help="OMP_NUM_THREADS of the server processes (default: this process's)")
+    p.add_argument("--batching-only", action="store_true",
+                   help="only run 2 (dynamic batching against one request at a time)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    Server.threads = args.server_threads
     pool = sentences(600)
     ref = reference(pool)
-    results_model = model_only(pool[:200])
+    results_model = model_only(pool[:200], args.server_threads)
     results: dict = {"model": "all-MiniLM-L6-v2", "threads": os.environ.get("OMP_NUM_THREADS"),
+                     "server_threads": args.server_threads or os.environ.get("OMP_NUM_THREADS"),
                      "model_only": results_model, "args": vars(args) | {"json": str(args.json)}}
+    if args.batching_only:
+        return batching_only(results, pool, ref, args)
     server = Server("--api-key", KEY, "--body-timeout", "2")
     try:
         asyncio.run(load(server.url, pool, ref, 200, 16, 60, True))  # warm-up, not reported
