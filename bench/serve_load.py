@@ -341,16 +341,30 @@ def _check(results: dict) -> list[str]:
     return problems
 
 
+def one_text_load(url: str, pool: list[str], ref: dict, args) -> dict:
+    """Part 2's run: 32 clients of one-sentence /v1/embeddings requests, after an unreported warm-up."""
+    asyncio.run(load(url, pool, ref, 100, 8, 60, False, 1))
+    return asyncio.run(load(url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
+
+
+def one_at_a_time(results: dict, pool: list[str], ref: dict, args) -> None:
+    """Part 2's second half: the same load against a server that runs one request per forward pass."""
+    server = Server("--api-key", KEY, "--max-batch-size", "1")
+    try:
+        results["one_at_a_time"] = one_text_load(server.url, pool, ref, args)
+    finally:
+        server.stop()
+    results["batching_ratio"] = results["batched"]["requests_per_s"] / results["one_at_a_time"]["requests_per_s"]
+
+
 def batching_only(results: dict, pool: list[str], ref: dict, args) -> int:
     """Part 2 alone: the same 32-client load against a batching server and a one-at-a-time one."""
-    for key, flags in (("batched", ()), ("one_at_a_time", ("--max-batch-size", "1"))):
-        server = Server("--api-key", KEY, *flags)
-        try:
-            asyncio.run(load(server.url, pool, ref, 100, 8, 60, False, 1))  # warm-up, not reported
-            results[key] = asyncio.run(load(server.url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
-        finally:
-            server.stop()
-    results["batching_ratio"] = results["batched"]["requests_per_s"] / results["one_at_a_time"]["requests_per_s"]
+    server = Server("--api-key", KEY)
+    try:
+        results["batched"] = one_text_load(server.url, pool, ref, args)
+    finally:
+        server.stop()
+    one_at_a_time(results, pool, ref, args)
     lost = [k for k in ("batched", "one_at_a_time") if results[k]["outcomes"] != {"ok": args.batch_requests}]
     print(json.dumps({k: results[k] for k in ("model_only", "batched", "one_at_a_time", "batching_ratio")}, indent=1))
     if args.json:
@@ -390,13 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         results["bad"] = bad_input(server, args.repeats, 8.0)
     finally:
         results["exit_code_main"] = server.stop()
-    one = Server("--api-key", KEY, "--max-batch-size", "1")
-    try:
-        asyncio.run(load(one.url, pool, ref, 100, 8, 60, False, 1))
-        results["one_at_a_time"] = asyncio.run(load(one.url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
-    finally:
-        one.stop()
-    results["batching_ratio"] = results["batched"]["requests_per_s"] / results["one_at_a_time"]["requests_per_s"]
+    one_at_a_time(results, pool, ref, args)
     results["sigterm"] = asyncio.run(sigterm_during_load(pool, args.clients, 5.0))
     print(_markdown(results))
     problems = _check(results)
