@@ -47,10 +47,12 @@ TRAIN = ["--loss", "listwise", "--epochs", "1", "--batch-size", "8", "--max-seq-
 
 
 def training_rows(queries, corpus, qrels, n: int, seed: int, offset: int = 0, negatives: str = "bm25",
-                  encoder=None) -> tuple[list[dict], list[dict]]:
-    """(rows, dev rows): each a question, its paragraph and its hard negatives (the best-ranked other
-    paragraphs by BM25, or by `encoder` for "dense"), all from the training half's paragraphs.
-    The questions are the shuffled training questions from `offset` on; 64 more are the dev rows."""
+                  encoder=None, count: int = NEGATIVES, spread: int = 0) -> tuple[list[dict], list[dict]]:
+    """(rows, dev rows): each a question, its paragraph and `count` hard negatives (the best-ranked other
+    paragraphs by BM25, or by `encoder` for "dense"), all from the training half's paragraphs; the last
+    `spread` of them are drawn at random from the rest of the top DEPTH instead, so training also sees
+    the middling passages a reranker of the top 100 must keep down. The questions are the shuffled
+    training questions from `offset` on; 64 more are the dev rows."""
     from bertkit.search.evaluate import bm25_rankings, dense_rankings
 
     articles = {d[:4] for docs in qrels.values() for d in docs}
@@ -63,10 +65,11 @@ def training_rows(queries, corpus, qrels, n: int, seed: int, offset: int = 0, ne
         ranked, _ = dense_rankings(encoder, [queries[q] for q in qids], doc_ids, texts, progress=False)
     else:
         ranked = bm25_rankings([queries[q] for q in qids], doc_ids, texts)
-    rows = []
+    rows, rng = [], random.Random(seed + 1)
     for q, hits in zip(qids, ranked):
         positive = sorted(qrels[q])[0]
-        negatives = [d for d in hits if d not in qrels[q]][:NEGATIVES]
+        others = [d for d in hits[:DEPTH + 1] if d not in qrels[q]]
+        negatives = others[:count - spread] + rng.sample(others[count - spread:], spread)
         rows.append({"query": queries[q], "positive": corpus[positive], "negatives": [corpus[d] for d in negatives]})
     return rows[:n], rows[n:]
 
@@ -118,6 +121,10 @@ def main(argv=None) -> int:
                    "stage on questions the first did not see)")
     p.add_argument("--negatives", choices=("bm25", "dense"), default="bm25",
                    help="hard negatives from BM25 or from the zero-shot bi-encoder (default bm25)")
+    p.add_argument("--negatives-per-query", type=int, default=NEGATIVES,
+                   help=f"hard negatives per training question (default {NEGATIVES})")
+    p.add_argument("--spread", type=int, default=0, help="of those, how many are drawn at random from the rest "
+                   f"of the top {DEPTH} rather than taken from the very top (default 0)")
     p.add_argument("--lr", default="3e-4", help="peak learning rate (default 3e-4: all-MiniLM-L6-v2's pooler is "
                    "near zero, so at 3e-5 the new head's logits barely move in a few hundred steps)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -134,7 +141,7 @@ def main(argv=None) -> int:
         train_qrels, test_qrels = (read_qrels(work / "beir" / "qrels" / f"{s}.tsv") for s in ("train", "test"))
         encoder = Encoder.load(minilm, pooling="mean", max_length=256)
         rows, dev = training_rows(queries, corpus, train_qrels, args.train_queries, 0, args.offset, args.negatives,
-                                  encoder)
+                                  encoder, args.negatives_per_query, args.spread)
         for name, part in (("train.jsonl", rows), ("dev.jsonl", dev)):
             (work / name).write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
@@ -166,6 +173,7 @@ def main(argv=None) -> int:
         result = {"command": "python bench/rerank_squad.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "set": counts, "train_queries": len(rows), "eval_queries": len(qids), "threads": args.threads,
                   "init": args.init or "all-MiniLM-L6-v2", "offset": args.offset, "negatives": args.negatives,
+                  "negatives_per_query": args.negatives_per_query, "spread": args.spread,
                   "recipe": [*TRAIN, "--lr", args.lr], "train_seconds": round(train_seconds, 1),
                   "reranker_dev": json.loads((work / "reranker" / "results.json").read_text())["summary"],
                   "metrics": {"bi_encoder": retrieval_metrics(first, test_qrels),

@@ -52,3 +52,9 @@ def test_reranker_rows_come_from_the_training_half(tmp_path):
         assert row["positive"] not in row["negatives"]
         assert {row["positive"], *row["negatives"]} <= train_texts and not ({*row["negatives"]} & test_texts)
     assert len({r["query"] for r in rows + dev}) == len(rows) + len(dev)
+    # spread: the hardest negatives stay, the rest come from lower down the same top 100
+    wide, _ = rerank_squad.training_rows(queries, corpus, train, 40, 0, count=4, spread=2)
+    top4, _ = rerank_squad.training_rows(queries, corpus, train, 40, 0, count=4)
+    assert [r["negatives"][:2] for r in wide] == [r["negatives"][:2] for r in top4]
+    assert sum(w["negatives"][2:] != t["negatives"][2:] for w, t in zip(wide, top4)) > 30
+    assert all(len(set(r["negatives"])) == 4 and r["positive"] not in r["negatives"] for r in wide)

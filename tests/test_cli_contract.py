@@ -333,7 +333,6 @@ CASES = [
     Case(f"{EM.replace('$tiny', '$onnx')} --backend onnx --layers -2", "--backend onnx gives the last layer only"),
     Case(f"{EM.replace('$tiny', '$onnx')} --backend onnx --device cuda", "--backend onnx runs on the CPU"),
     Case(f"{SV} --backend onnx", "no onnx.json: --backend onnx runs a folder made by `bertkit export"),
-    Case(f"{SV} --int8", "int8 serving runs an ONNX export's int8 graph: add --backend onnx"),
     Case(f"{SV.replace('$tiny', '$onnx')}", "an ONNX export without torch weights: add --backend onnx"),
     Case(f"{EM.replace('$tiny', '$onnx')} --backend onnx --int8", "exported without --int8"),
     Case(f"{EV} --backend onnx", "no onnx.json: --backend onnx runs a folder"),

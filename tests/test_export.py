@@ -225,7 +225,7 @@ def test_serve_backend_on_an_export_answers_as_the_torch_backend(tiny_dir, st_di
 
 def test_serve_backend_onnx_through_a_real_server_answers_as_torch(tiny_dir, st_dir, st_export, tmp_path):
     """`bertkit serve --backend onnx`: an embedding export serves /embed with the torch model's
-    vectors (int8 close to them); a classifier export serves /predict with the torch labels and
+    vectors (int8 close to them, as are `--backend torch --int8`'s); a classifier export serves /predict with the torch labels and
     scores, and refuses /embed, which its graph cannot give."""
     import httpx
     from serve_helpers import serving
@@ -247,12 +247,15 @@ def test_serve_backend_onnx_through_a_real_server_answers_as_torch(tiny_dir, st_
     onnx_answers = answers([describe("st", st_export, "onnx"), describe("cls", tmp_path / "cls-onnx", "onnx")], "onnx")
     int8_answers = answers([describe("st", st_export, "onnx", int8=True),
                             describe("cls", tmp_path / "cls-onnx", "onnx")], "onnx")
+    torch8_answers = answers([describe("st", st_dir, int8=True), describe("cls", cls_dir, int8=True)], "torch")
     want = np.array(torch_answers[0].json())
     assert onnx_answers[0].status_code == 200
     np.testing.assert_allclose(np.array(onnx_answers[0].json()), want, atol=1e-4)
-    got8 = np.array(int8_answers[0].json())
-    cos = (got8 * want).sum(1) / np.linalg.norm(got8, axis=1) / np.linalg.norm(want, axis=1)
-    assert got8.shape == want.shape and cos.min() > 0.98 and not np.allclose(got8, want, atol=1e-6)
+    for int8 in (int8_answers, torch8_answers):  # the export's int8 graph; torch's int8 linear layers
+        got8 = np.array(int8[0].json())
+        cos = (got8 * want).sum(1) / np.linalg.norm(got8, axis=1) / np.linalg.norm(want, axis=1)
+        assert got8.shape == want.shape and cos.min() > 0.98 and not np.allclose(got8, want, atol=1e-6)
+    assert torch8_answers[1].status_code == 200 and len(torch8_answers[1].json()) == len(TEXTS)
     torch_pred, onnx_pred = ([p for row in a[1].json() for p in row] for a in (torch_answers, onnx_answers))
     assert len(onnx_pred) == 3 * len(TEXTS)  # every label of every input
     assert [p["label"] for p in onnx_pred] == [p["label"] for p in torch_pred]
@@ -266,8 +269,6 @@ def test_serve_backend_onnx_refuses_a_folder_it_cannot_run(st_dir, st_export, tm
 
     with pytest.raises(UserError, match="--backend onnx runs a folder made by `bertkit export"):
         describe("st", st_dir, "onnx")
-    with pytest.raises(UserError, match="int8 serving runs an ONNX export's int8 graph"):
-        describe("st", st_dir, "torch", int8=True)
     plain = tmp_path / "plain"
     export_onnx(st_dir, plain, log=lambda _: None)
     with pytest.raises(UserError, match="exported without --int8"):

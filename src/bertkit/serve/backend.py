@@ -64,7 +64,8 @@ _HEADS = {"masked-lm": "BertForMaskedLM", "classifier": "BertForSequenceClassifi
 
 
 class TorchBackend:
-    """bertkit's own PyTorch model, in eval mode under inference_mode; on the CPU on the unpadded
+    """bertkit's own PyTorch model, in eval mode under inference_mode (int8 linear layers when the
+    spec says int8: `bertkit.quantize`, CPU only); on the CPU on the unpadded
     path (`model.set_unpadding`: the dense layers run on real tokens only, so a batch of mixed
     lengths costs its real tokens; outputs equal the padded path's to float rounding). On a GPU,
     short batches are launch-bound and the padded path is faster (bench/README.md)."""
@@ -86,7 +87,12 @@ class TorchBackend:
             model = BertModel.from_pretrained(spec.path)
         else:
             model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
-        set_unpadding(model.eval().to(self.device), enabled=self.device.type == "cpu")
+        model.eval().to(self.device)
+        if spec.int8:
+            from bertkit.quantize import quantize_int8
+
+            model = quantize_int8(model, inplace=True)  # raises on a non-CPU device
+        set_unpadding(model, enabled=self.device.type == "cpu")
         return model, model if spec.kind == "encoder" else model.encoder
 
     def run(self, op: str, batch: Batch) -> list[np.ndarray]:

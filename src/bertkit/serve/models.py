@@ -49,7 +49,7 @@ class ModelSpec:
     pooling: str  # for the embedding routes
     labels: list[str]  # classifier and token-classifier outputs, in id order; [] otherwise
     embeds: bool = True  # serves the embedding routes (an ONNX head graph does not)
-    int8: bool = False  # an ONNX export's int8 graph rather than its fp32 one
+    int8: bool = False  # int8 inference: an ONNX export's int8 graph, or torch's int8 linear layers (CPU)
 
     @property
     def routes(self) -> tuple[str, ...]:
@@ -101,14 +101,13 @@ _EXPORT_KINDS = {"embedding": "encoder", "BertForSequenceClassification": "class
 
 def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = False) -> ModelSpec:
     """The served form of a model directory (for `backend` "onnx", an export folder, its int8
-    graph when `int8`); a UserError for one that cannot be served."""
+    graph when `int8`; for "torch", `int8` quantizes the linear layers as `bertkit.quantize` does);
+    a UserError for one that cannot be served."""
     from bertkit.export import META_FILE, check_backend
 
     if not NAME.fullmatch(name):
         raise UserError(f"model name {name!r} must be letters, digits, '.', '_' or '-' (at most 64)")
     check_backend(path, backend)
-    if int8 and backend != "onnx":
-        raise UserError("int8 serving runs an ONNX export's int8 graph: add --backend onnx")
     if backend == "onnx":
         from bertkit.io import read_json
 
@@ -116,7 +115,7 @@ def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = F
         if int8 and "int8" not in meta.get("files", {}):
             raise UserError("exported without --int8: no int8 graph (export again with --int8)", path)
         return _describe_export(name, Path(path), meta, int8)
-    return _describe_weights(name, Path(path))
+    return _describe_weights(name, Path(path), int8)
 
 
 def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec:
@@ -143,7 +142,7 @@ def _labels(config, kind: str) -> list[str]:
     return [str(names.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
 
 
-def _describe_weights(name: str, path: Path) -> ModelSpec:
+def _describe_weights(name: str, path: Path, int8: bool = False) -> ModelSpec:
     from bertkit.finetune.feature_ner import TAGGER_CONFIG
     from bertkit.finetune.registry import saved_settings
     from bertkit.hf import heads_in, load_config, weight_shapes
@@ -164,7 +163,7 @@ def _describe_weights(name: str, path: Path) -> ModelSpec:
                         "tokenizer and weights do not belong together", path)
     pooling = model_pooling(path)[0]
     return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved), pooling,
-                     _labels(config, kind))
+                     _labels(config, kind), int8=int8)
 
 
 def parse_entry(text: str) -> tuple[str, str]:
