@@ -117,17 +117,18 @@ def encode(tokenizer, spec, examples, max_seq_len: int) -> Encoded:
     return Encoded(enc, [spec.labels.index(str(e.label)) for e in examples])
 
 
-def scorer(spec, dev_examples):
-    """compute_metrics for Trainer: logits -> label values -> bertkit's official metrics."""
-    gold = [e.label for e in dev_examples]
+def scorer(spec):
+    """compute_metrics for Trainer: logits -> label values -> bertkit's official metrics, against the
+    gold labels Trainer hands over beside them (`label_ids`). Never against the dev file's order:
+    with group_by_length, Trainer's evaluation sampler is length-grouped and shuffled too
+    (`Trainer._get_eval_sampler`), so predictions do not come in file order."""
 
     def compute(prediction) -> dict:
-        logits = np.asarray(prediction.predictions)
+        logits, ids = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
         if spec.kind == "regression":
-            predicted = logits.reshape(-1).tolist()
-        else:
-            predicted = [spec.labels[i] for i in logits.argmax(-1).tolist()]
-        return task_metrics(spec, predicted, gold)
+            return task_metrics(spec, logits.reshape(-1).tolist(), ids.reshape(-1).tolist())
+        return task_metrics(spec, [spec.labels[i] for i in logits.argmax(-1).tolist()],
+                            [spec.labels[i] for i in ids.tolist()])
 
     return compute
 
@@ -188,7 +189,7 @@ def training_args(args, seed: int) -> TrainingArguments:
     )
 
 
-def train_seed(args, spec, tokenizer, train: Encoded, dev: Encoded, dev_examples, seed: int) -> dict:
+def train_seed(args, spec, tokenizer, train: Encoded, dev: Encoded, seed: int) -> dict:
     transformers.set_seed(seed)  # before the model: the classifier's initialisation draws from it
     if spec.kind == "regression":
         head = {"num_labels": 1, "problem_type": "regression"}
@@ -203,7 +204,7 @@ def train_seed(args, spec, tokenizer, train: Encoded, dev: Encoded, dev_examples
     log = Curve(seed, spec, args.epochs, per_epoch, args.eval_every)
     trainer = Trainer(model=model, args=training, train_dataset=train, eval_dataset=dev,
                       data_collator=DataCollatorWithPadding(tokenizer),
-                      compute_metrics=scorer(spec, dev_examples), callbacks=[log])
+                      compute_metrics=scorer(spec), callbacks=[log])
     trainer.remove_callback(PrinterCallback)
     start = time.time()
     trainer.train()
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
           f"batch {args.batch_size}", flush=True)
 
     defaults = training_args(args, seeds[0])
-    runs = [train_seed(args, spec, tokenizer, train, dev, dev_examples, seed) for seed in seeds]
+    runs = [train_seed(args, spec, tokenizer, train, dev, seed) for seed in seeds]
     results = {
         "task": args.task, "model": str(model_dir), "train": args.train, "dev": args.dev,
         "pipeline": f"transformers {transformers.__version__} Trainer",

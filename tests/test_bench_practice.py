@@ -58,3 +58,16 @@ def test_reranker_rows_come_from_the_training_half(tmp_path):
     assert [r["negatives"][:2] for r in wide] == [r["negatives"][:2] for r in top4]
     assert sum(w["negatives"][2:] != t["negatives"][2:] for w, t in zip(wide, top4)) > 30
     assert all(len(set(r["negatives"])) == 4 and r["positive"] not in r["negatives"] for r in wide)
+
+
+def test_reranker_paired_difference_counts_questions_that_rose_and_fell():
+    import rerank_squad
+
+    qrels = {"a": {"d1"}, "b": {"d2"}, "c": {"d3"}, "d": {"d4"}}
+    before = {"a": ["d9", "d1"], "b": ["d2", "d9"], "c": ["d3", "d9", "d8"], "d": ["d4"]}
+    after = {"a": ["d1", "d9"], "b": ["d9", "d2"], "c": ["d9", "d8", "d3"], "d": ["d4"]}  # a up, b and c down
+    out = rerank_squad.paired_difference(before, after, qrels, resamples=500)
+    assert (out["questions"], out["better"], out["worse"]) == (4, 1, 2)
+    assert out["mean"] == pytest.approx(-0.5 / 4)  # a and b cancel (1 - 1/log2(3) each way); c loses 1 - 1/2
+    low, high = out["interval_95"]
+    assert -0.5 <= low < out["mean"] < high <= 0.37
