@@ -113,10 +113,9 @@ def depth_and_fusion(logits_by_query: dict, qrels: dict) -> dict:
 def paired_difference(before: dict, after: dict, qrels: dict, resamples: int = 2000) -> dict:
     """Per-question NDCG@10 of `after` minus `before`: the mean, how many questions rose and fell,
     and a 95% interval of the mean from resampling the questions (random.Random(0))."""
-    from bertkit.eval.retrieval import retrieval_metrics
+    from bertkit.eval.retrieval import ndcg_at_k
 
-    diffs = [retrieval_metrics({q: after[q]}, {q: qrels[q]})["ndcg@10"]
-             - retrieval_metrics({q: before[q]}, {q: qrels[q]})["ndcg@10"] for q in before]
+    diffs = [ndcg_at_k(after[q], qrels[q], 10) - ndcg_at_k(before[q], qrels[q], 10) for q in before]
     rng = random.Random(0)
     means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
     return {"questions": len(diffs), "mean": sum(diffs) / len(diffs), "better": sum(d > 0 for d in diffs),

@@ -100,7 +100,7 @@ def run(args) -> int:
                     args.max_input_chars, args.body_timeout)
     device = str(resolve_device(args.device))
     if args.int8 and device != "cpu":
-        raise UserError(f"--int8 runs on the CPU, not {device}: add --device cpu")
+        raise UserError("--int8 runs on the CPU: add --device cpu")  # as embed and evaluate say
     service = Service(specs, limits, args.backend, device)
     sock = listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
