@@ -105,10 +105,13 @@ def stamp() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S")
 
 
-def past(stop_at: str | None) -> bool:
+def deadline(stop_at: str | None, now: dt.datetime) -> dt.datetime | None:
+    """The next moment at HH:MM UTC after `now`: a time earlier than now means tomorrow."""
     if not stop_at:
-        return False
-    return dt.datetime.now(dt.timezone.utc).strftime("%H:%M") >= stop_at
+        return None
+    hour, minute = (int(x) for x in stop_at.split(":"))
+    at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return at if at > now else at + dt.timedelta(days=1)
 
 
 def main(argv=None) -> int:
@@ -122,6 +125,7 @@ def main(argv=None) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if not args.render_only:
+        stop = deadline(args.stop_at, dt.datetime.now(dt.timezone.utc))
         first = True
         for task in tasks:
             for seed in seeds:
@@ -132,7 +136,7 @@ def main(argv=None) -> int:
                 if not first:
                     time.sleep(args.pause)
                 first = False
-                if past(args.stop_at):  # after the pause, so no pair starts past the time
+                if stop is not None and dt.datetime.now(dt.timezone.utc) >= stop:  # after the pause, so no pair starts past the time
                     print(f"{stamp()} past --stop-at {args.stop_at}: no new pair; rerun to resume", flush=True)
                     render(args, seeds)
                     return 0

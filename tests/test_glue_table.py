@@ -61,3 +61,14 @@ def test_a_run_limited_to_some_tasks_keeps_every_tasks_rows(tmp_path):
     text = readme.read_text()
     assert all(f"| {name} |" in text for name in ("MRPC", "RTE", "STS-B", "CoLA")), text
     assert "| RTE | accuracy | bertkit | 61.00 |" in text
+
+
+def test_stop_at_earlier_than_now_means_tomorrow_not_at_once():
+    import datetime as dt
+
+    import glue_vs_trainer
+
+    late = dt.datetime(2026, 12, 3, 22, 20, tzinfo=dt.timezone.utc)
+    assert glue_vs_trainer.deadline("00:40", late) == dt.datetime(2026, 12, 4, 0, 40, tzinfo=dt.timezone.utc)
+    assert glue_vs_trainer.deadline("23:05", late) == dt.datetime(2026, 12, 3, 23, 5, tzinfo=dt.timezone.utc)
+    assert glue_vs_trainer.deadline(None, late) is None
