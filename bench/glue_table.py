@@ -2,8 +2,9 @@
 
 `bench/glue_vs_trainer.py` writes one results.json per run to ROOT/<task>/<pipeline>-seed<k>.json
 (pipeline `bertkit` or `trainer`, one seed per file). This module reads them, summarizes each
-task's dev main metric (median, sample std, min, max over seeds) and wall time per run (the
-training loop with its dev evaluations: `seeds[0].time_s` in both layouts), applies the goal
+task's dev main metric (median, sample std, min, max over seeds), wall time per run (the
+training loop with its dev evaluations: `seeds[0].time_s` in both layouts) and median last-epoch
+training loss, applies the goal
 check, and renders the Markdown table the README shows, a JSON summary and a PNG of every seed.
 
 The goal, per task, judged only once both pipelines have every seed:
@@ -30,7 +31,8 @@ def run_path(root: Path, task: str, pipeline: str, seed: int) -> Path:
 
 
 def load_runs(root: Path, task: str, pipeline: str, seeds: list[int]) -> list[dict]:
-    """{seed, metric, value, time_s, epoch1} of each finished run, in seed order."""
+    """{seed, metric, value, time_s, epoch1, loss} of each finished run, in seed order; loss is the
+    mean training loss of the last epoch (None when the run did not record it)."""
     runs = []
     for seed in seeds:
         path = run_path(root, task, pipeline, seed)
@@ -40,7 +42,7 @@ def load_runs(root: Path, task: str, pipeline: str, seeds: list[int]) -> list[di
         run, metric = results["seeds"][0], results["main_metric"]
         epochs = run.get("epochs") or [{}]
         runs.append({"seed": run["seed"], "metric": metric, "value": run["dev"][metric], "time_s": run["time_s"],
-                     "epoch1": epochs[0].get(metric)})
+                     "epoch1": epochs[0].get(metric), "loss": epochs[-1].get("train_loss")})
     return runs
 
 
@@ -53,7 +55,9 @@ def summarize_task(bertkit: list[dict], trainer: list[dict], n_seeds: int) -> di
     """Both pipelines' statistics and the goal check (None until both have all seeds)."""
     out: dict = {"complete": len(bertkit) == n_seeds and len(trainer) == n_seeds, "seeds": n_seeds}
     for name, runs in (("bertkit", bertkit), ("trainer", trainer)):
+        losses = [r["loss"] for r in runs if r.get("loss") is not None]
         out[name] = ({**stats([r["value"] for r in runs]), "time_s": statistics.median([r["time_s"] for r in runs]),
+                      "train_loss": statistics.median(losses) if losses else None,
                       "values": {r["seed"]: r["value"] for r in runs}} if runs else None)
         if runs:
             out["metric"] = runs[0]["metric"]
@@ -74,8 +78,9 @@ def summarize(root: Path, tasks=TASKS, seeds=(1, 2, 3, 4, 5)) -> dict:
 
 def _cell(s: dict | None) -> str:
     if s is None:
-        return "– | – | – | – | –"
-    return f"{s['median']:.2f} | {s['std']:.2f} | {s['min']:.2f} | {s['max']:.2f} | {s['time_s']:.0f}"
+        return "– | – | – | – | – | –"
+    loss = f"{s['train_loss']:.4f}" if s.get("train_loss") is not None else "–"
+    return f"{s['median']:.2f} | {s['std']:.2f} | {s['min']:.2f} | {s['max']:.2f} | {s['time_s']:.0f} | {loss}"
 
 
 def _verdict(row: dict) -> str:
@@ -88,9 +93,11 @@ def _verdict(row: dict) -> str:
 
 
 def render(summary: dict) -> str:
-    """The Markdown table: per task, each pipeline's median, std, min, max, wall time, and the goal."""
-    lines = ["| task | metric | pipeline | median | std | min | max | s/run | goal met? |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    """The Markdown table: per task, each pipeline's median, std, min, max, wall time, median
+    last-epoch training loss (equal losses with unequal dev scores point at noise or evaluation,
+    not at learning), and the goal."""
+    lines = ["| task | metric | pipeline | median | std | min | max | s/run | train loss | goal met? |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for task, row in summary.items():
         metric = row.get("metric", "–")
         lines.append(f"| {NAMES.get(task, task)} | {metric} | bertkit | {_cell(row['bertkit'])} | {_verdict(row)} |")

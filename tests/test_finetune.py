@@ -137,6 +137,12 @@ def test_epoch_batches_cover_each_example_once_and_group_by_length():
 
     assert padded(grouped) < 0.6 * padded(plain)
     assert grouped != epoch_batches(lengths, 13, g, True)  # a new order every epoch
+    # The grouped batches come in a random order, not as sweeps from long to short (or short to
+    # long) as transformers' LengthGroupedSampler yields each mega-batch: consecutive batches'
+    # mean lengths rise about as often as they fall.
+    means = [sum(lengths[i] for i in b) / len(b) for b in grouped]
+    rises = sum(later > earlier for earlier, later in zip(means, means[1:])) / (len(means) - 1)
+    assert 0.3 < rises < 0.7, rises
 
 
 def test_tiny_model_overfits_small_classification_set(tiny_dir, tmp_path):

@@ -13,7 +13,8 @@ import glue_table
 
 
 def _write(root: Path, task: str, pipeline: str, seed: int, value: float, time_s: float) -> None:
-    run = {"seed": seed, "dev": {"accuracy": value}, "epochs": [{"epoch": 1, "accuracy": value - 1}], "time_s": time_s}
+    epochs = [{"epoch": 1, "accuracy": value - 1, "train_loss": 0.9}, {"epoch": 2, "accuracy": value, "train_loss": 0.5 + seed / 100}]
+    run = {"seed": seed, "dev": {"accuracy": value}, "epochs": epochs, "time_s": time_s}
     path = glue_table.run_path(root, task, pipeline, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"main_metric": "accuracy", "seeds": [run]}))
@@ -38,7 +39,8 @@ def test_goal_check_and_rendering(tmp_path):
     assert cola["bertkit"] is None and not cola["complete"]
     table = glue_table.render(summary)
     lines = table.splitlines()
-    assert lines[2] == "| RTE | accuracy | bertkit | 62.00 | 2.00 | 60.00 | 64.00 | 102 | quality yes (>= 61.00); time yes |"
+    assert lines[2] == "| RTE | accuracy | bertkit | 62.00 | 2.00 | 60.00 | 64.00 | 102 | 0.5200 | quality yes (>= 61.00); time yes |"
+    assert rte["trainer"]["train_loss"] == pytest.approx(0.52) and lines[3].endswith("| 200 | 0.5200 | |")
     assert "quality **no** (>= 70.50); time **no**" in lines[4]
     assert "incomplete (1/3 bertkit, 0/3 Trainer seeds)" in lines[6]
     assert "incomplete (0/3 bertkit, 0/3 Trainer seeds)" in lines[8]
