@@ -4,8 +4,8 @@
 (pipeline `bertkit` or `trainer`, one seed per file). This module reads them, summarizes each
 task's dev main metric (median, sample std, min, max over seeds), wall time per run (the
 training loop with its dev evaluations: `seeds[0].time_s` in both layouts) and median last-epoch
-training loss, applies the goal
-check, and renders the Markdown table the README shows, a JSON summary and a PNG of every seed.
+training loss, applies the goal check, and renders the Markdown table the README shows, a JSON
+summary and a PNG of every seed.
 
 The goal, per task, judged only once both pipelines have every seed:
 - quality: bertkit's median >= Trainer's median - half the larger of the two stds;

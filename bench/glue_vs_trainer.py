@@ -136,7 +136,8 @@ def main(argv=None) -> int:
                 if not first:
                     time.sleep(args.pause)
                 first = False
-                if stop is not None and dt.datetime.now(dt.timezone.utc) >= stop:  # after the pause, so no pair starts past the time
+                # checked after the pause, so no pair starts past the time
+                if stop is not None and dt.datetime.now(dt.timezone.utc) >= stop:
                     print(f"{stamp()} past --stop-at {args.stop_at}: no new pair; rerun to resume", flush=True)
                     render(args, seeds)
                     return 0

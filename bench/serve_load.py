@@ -133,24 +133,33 @@ def close_enough(got: np.ndarray, want: np.ndarray) -> bool:
 LOWEST = [1.0]  # with --int8: the lowest cosine to fp32's vector an answer had (a run's is reset at its start)
 
 
+def served_model(int8: bool):
+    """(model, tokenizer) as `bertkit serve` runs them on a CPU: int8 linear layers with `--int8`,
+    and the unpadded path."""
+    from bertkit.embed import load_encoder
+    from bertkit.model import set_unpadding
+
+    model, tokenizer = load_encoder(model_dir())
+    if int8:
+        from bertkit.quantize import quantize_int8
+
+        model = quantize_int8(model, inplace=True)
+    set_unpadding(model)
+    return model, tokenizer
+
+
 def model_only(texts: list[str], threads: str | None = None) -> dict:
     """The model alone, no server, on the unpadded path as the server runs it: texts/s at batch 32
     and at batch 1, on the server's thread count. Their ratio bounds what a batcher can gain here."""
     import torch
 
-    from bertkit.embed import embed_texts, load_encoder
-    from bertkit.model import set_unpadding
+    from bertkit.embed import embed_texts
 
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(int(threads))
 
-    model, tokenizer = load_encoder(model_dir())
-    if Server.extra:
-        from bertkit.quantize import quantize_int8
-
-        model = quantize_int8(model, inplace=True)
-    set_unpadding(model)
+    model, tokenizer = served_model(bool(Server.extra))
     rates = {}
     for size in (32, 1, 32, 1):  # twice each, alternating: the machine's load drifts
         start = time.perf_counter()

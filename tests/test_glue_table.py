@@ -13,7 +13,8 @@ import glue_table
 
 
 def _write(root: Path, task: str, pipeline: str, seed: int, value: float, time_s: float) -> None:
-    epochs = [{"epoch": 1, "accuracy": value - 1, "train_loss": 0.9}, {"epoch": 2, "accuracy": value, "train_loss": 0.5 + seed / 100}]
+    epochs = [{"epoch": 1, "accuracy": value - 1, "train_loss": 0.9},
+              {"epoch": 2, "accuracy": value, "train_loss": 0.5 + seed / 100}]
     run = {"seed": seed, "dev": {"accuracy": value}, "epochs": epochs, "time_s": time_s}
     path = glue_table.run_path(root, task, pipeline, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
