@@ -347,26 +347,50 @@ def _attempt(base, body):
         return "refused"
 
 
-def test_sigterm_answers_every_accepted_request_and_exits_0(dirs):
-    proc, base = _start_server(dirs, "--max-batch-size", "1")  # one row per forward pass: requests queue up
+def _raw_request(sock: socket.socket, body: dict) -> None:
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /embed HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+
+
+def _raw_status(sock: socket.socket) -> int | str:
+    """The status code of the answer on `sock`, or how the connection ended without one."""
     try:
-        with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(_attempt, base, {"inputs": [TEXTS[3]] * 24}) for _ in range(8)]
-            deadline = time.monotonic() + 30
-            while re.search(r"bertkit_serve_requests_in_flight [1-9]", httpx.get(base + "/metrics").text) is None:
-                assert time.monotonic() < deadline, "no request was ever in flight"
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGTERM)
-            pending = sum(not f.done() for f in futures)
-            answers = [f.result() for f in futures]
+        head = sock.recv(64)
+    except ConnectionResetError:
+        return "reset"
+    return int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else f"closed: {head!r}"
+
+
+def test_sigterm_answers_every_request_sent_before_it_and_exits_0(dirs):
+    proc, base = _start_server(dirs, "--max-batch-size", "1")  # one row per forward pass: requests queue up
+    address = ("127.0.0.1", int(base.rsplit(":", 1)[1]))
+    clients = [socket.create_connection(address, timeout=30) for _ in range(9)]
+    try:
+        *sent, slow = clients
+        for sock in sent:  # in the kernel's buffers before the signal, whether the server read them or not
+            _raw_request(sock, {"inputs": [TEXTS[3]] * 24})
+        deadline = time.monotonic() + 30
+        while re.search(r"bertkit_serve_requests_in_flight [1-9]", httpx.get(base + "/metrics").text) is None:
+            assert time.monotonic() < deadline, "no request was ever in flight"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        late = _attempt(base, {"inputs": "a"})  # sent after the signal, while the drain runs
+        time.sleep(0.5)  # `slow` connected before the signal and sends its request only now
+        _raw_request(slow, {"inputs": "a"})
+        answers = [_raw_status(sock) for sock in clients]
         assert proc.wait(60) == 0
-        assert pending >= 1 and set(answers) <= {200, 503, "refused"} and 200 in answers, answers
+        # No connection is reset: those accepted before the signal get 200, the others 503.
+        assert set(answers[:8]) <= {200, 503} and 200 in answers[:8] and answers[8] == 503, answers
+        assert late in (200, 503, "refused"), late
         accepted, answered = map(int, re.search(r"stopped: (\d+) requests accepted, (\d+) answered",
                                                 proc.stderr.read()).groups())
         assert accepted == answered  # every request the server read got its answer
         with pytest.raises(httpx.ConnectError):
             httpx.get(base + "/health")
     finally:
+        for sock in clients:
+            sock.close()
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()

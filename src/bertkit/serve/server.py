@@ -5,10 +5,18 @@ the signal again once it is done, so the process would end with 143. `bertkit se
 SIGTERM (and a first Ctrl-C) as the normal way to stop: the service drains (new requests 503,
 accepted ones answered, the batcher's queue emptied) and the command returns 0. A second Ctrl-C
 stops at once.
+
+Closing a listening socket resets the connections the kernel has queued but the server has not
+yet accepted, and closing an accepted connection whose request is still unread resets it too: the
+client sees "connection reset", not an answer. So after the signal the socket stays open for
+SETTLE_S, and up to SETTLE_MAX_S while an accepted connection has not yet sent its request: every
+client that connected before the signal is read and answered (503 if it was not accepted before),
+and one that comes later is refused at connect, which a client knows is safe to retry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import socket
@@ -17,6 +25,8 @@ import threading
 from bertkit.errors import UserError
 
 DRAIN_S = 60.0  # longest wait for accepted requests after SIGTERM
+SETTLE_S = 0.25  # the listening socket stays open this long after SIGTERM, answering 503
+SETTLE_MAX_S = 2.0  # ... and at most this long while a connection has not sent its request
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -40,6 +50,7 @@ def _server_class():
         """uvicorn's server with our signal handling (see the module docstring)."""
 
         on_signal = staticmethod(lambda: None)
+        signalled = False
 
         @contextlib.contextmanager
         def capture_signals(self):
@@ -55,9 +66,26 @@ def _server_class():
 
         def _stop(self, sig, frame) -> None:
             self.on_signal()
+            self.signalled = True
             if self.should_exit and sig == signal.SIGINT:
                 self.force_exit = True
             self.should_exit = True
+
+        async def shutdown(self, sockets=None) -> None:
+            if self.signalled:
+                await self._settle()
+            await super().shutdown(sockets)
+
+        async def _settle(self) -> None:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            while not self.force_exit:
+                waited = loop.time() - start
+                # uvicorn's HTTP protocols hold their current request as `cycle`: None until one is read.
+                unread = any(getattr(c, "cycle", 0) is None for c in self.server_state.connections)
+                if waited >= SETTLE_MAX_S or (waited >= SETTLE_S and not unread):
+                    return
+                await asyncio.sleep(0.01)
 
     return DrainingServer
 
