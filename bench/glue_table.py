@@ -11,10 +11,15 @@ The goal, per task, judged only once both pipelines have every seed:
 - quality: bertkit's median >= Trainer's median - half the larger of the two stds;
 - time: bertkit's median wall time per run <= Trainer's.
 A task with missing runs is marked incomplete (k/n seeds) and shows what it has.
+
+As a script it summarizes any tasks and seeds of a results folder, e.g. RTE over seeds 1-10:
+
+    python bench/glue_table.py --tasks rte --seeds 1-10 --json RESULTS/rte-seeds-1-10.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -136,3 +141,34 @@ def plot(summary: dict, dest: Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle("all-MiniLM-L6-v2, 2 epochs: each seed's dev score (bar: median)")
     save_figure(fig, dest)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"1,2,5" or "1-10" (or a mix: "1-3,7") -> the seeds in that order."""
+    seeds = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds.extend(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+def main(argv=None) -> None:
+    root = Path(__file__).resolve().parents[1] / "docs/results/glue-vs-trainer"
+    p = argparse.ArgumentParser(prog="glue_table.py", description="Summarize finished runs of some tasks and "
+                                "seeds: print the Markdown table; optionally write the summary JSON and plot")
+    p.add_argument("--results", default=str(root), help="per-run JSON folder (bench/glue_vs_trainer.py's)")
+    p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated")
+    p.add_argument("--seeds", default="1-5", help='comma-separated seeds or ranges, e.g. "1-10"')
+    p.add_argument("--json", help="write the summary here, and its plot beside it as .png")
+    args = p.parse_args(argv)
+    summary = summarize(Path(args.results), args.tasks.split(","), parse_seeds(args.seeds))
+    print(render(summary), end="")
+    if args.json:
+        from bertkit.io import write_json
+
+        write_json(Path(args.json), summary)
+        plot(summary, Path(args.json).with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -75,3 +75,18 @@ def test_stop_at_earlier_than_now_means_tomorrow_not_at_once():
     assert glue_vs_trainer.deadline("00:40", late) == dt.datetime(2026, 12, 4, 0, 40, tzinfo=dt.timezone.utc)
     assert glue_vs_trainer.deadline("23:05", late) == dt.datetime(2026, 12, 3, 23, 5, tzinfo=dt.timezone.utc)
     assert glue_vs_trainer.deadline(None, late) is None
+
+
+def test_the_script_summarizes_a_range_of_seeds_of_one_task(tmp_path, capsys):
+    for seed in range(1, 11):
+        _write(tmp_path, "rte", "bertkit", seed, 50 + seed, 100)
+        _write(tmp_path, "rte", "trainer", seed, 60, 200)
+    _write(tmp_path, "mrpc", "bertkit", 1, 80, 10)  # another task: not asked for, not shown
+    assert glue_table.parse_seeds("1-3,7") == [1, 2, 3, 7]
+    glue_table.main(["--results", str(tmp_path), "--tasks", "rte", "--seeds", "1-10",
+                     "--json", str(tmp_path / "rte-10.json")])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| RTE | accuracy | bertkit | 55.50 |")  # median of 51..60
+    summary = json.loads((tmp_path / "rte-10.json").read_text())
+    assert list(summary) == ["rte"] and summary["rte"]["bertkit"]["n"] == 10 and summary["rte"]["complete"]
+    assert (tmp_path / "rte-10.png").stat().st_size > 1000
