@@ -15,9 +15,9 @@ Flags set Trainer's counterparts of bertkit's recipe: epochs, peak lr, batch siz
 (`warmup_steps`, a fraction below 1), weight decay, gradient clipping (`max_grad_norm`), the seed
 (`transformers.set_seed` before the model is built, then `TrainingArguments.seed`, which also
 shuffles the batches), --group-by-length (`train_sampling_strategy="group_by_length"`),
---classifier-dropout (the config's `classifier_dropout`). The rest
+--classifier-dropout (the config's `classifier_dropout`), --adam-eps (`adam_epsilon`). The rest
 are Trainer's defaults. Those that differ from bertkit's recipe:
-- AdamW `adamw_torch_fused`, eps 1e-8 (bertkit 1e-6), betas (0.9, 0.999) as bertkit's;
+- AdamW `adamw_torch_fused`, eps 1e-8 unless --adam-eps (bertkit 1e-6), betas (0.9, 0.999) as bertkit's;
 - the linear schedule's first step has lr 0 (bertkit's has peak / warm-up steps), and a warm-up
   fraction becomes ceil(fraction x steps) steps (bertkit rounds);
 - dev batches in file order, each padded to its longest (bertkit sorts dev inputs by length: the
@@ -83,6 +83,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up: fraction of steps (<1) or steps")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-grad-norm", type=float, default=1.0, help="clip the gradient's norm (0: off)")
+    p.add_argument("--adam-eps", type=float, default=None,
+                   help="AdamW's epsilon, adam_epsilon (default: Trainer's, 1e-8; bertkit's is 1e-6)")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds; one run per seed")
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="train on a random subset of this many examples (fixed seed 0, as bertkit)")
@@ -181,6 +183,7 @@ def training_args(args, seed: int) -> TrainingArguments:
         num_train_epochs=args.epochs, learning_rate=args.lr, per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=args.eval_batch_size, warmup_steps=args.warmup,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
+        **({"adam_epsilon": args.adam_eps} if args.adam_eps is not None else {}),
         train_sampling_strategy="group_by_length" if args.group_by_length else "random",
         eval_strategy="steps" if args.eval_every else "epoch", eval_steps=args.eval_every,
         save_strategy="no", logging_strategy="steps", logging_steps=1,

@@ -1,4 +1,4 @@
-"""The fine-tuning recipe knobs (issue 17): --max-grad-norm, --classifier-dropout, --eval-every.
+"""The fine-tuning recipe knobs (issue 17): --max-grad-norm, --adam-eps, --classifier-dropout, --eval-every.
 
 Each knob must do what its help says and nothing else: scoring dev between epochs must not
 change the training trajectory (evaluation draws no random numbers), clipping at 0 must mean
@@ -59,6 +59,16 @@ def test_max_grad_norm_zero_turns_clipping_off(tiny_dir, sst2, tmp_path):
     assert tight["hyper"]["max_grad_norm"] == 1e-3
 
 
+def test_adam_eps_reaches_the_optimizer(tiny_dir, sst2, tmp_path):
+    default = _run(tiny_dir, sst2, tmp_path, "eps-default")
+    same = _run(tiny_dir, sst2, tmp_path, "eps-1e-6", "--adam-eps", "1e-6")["seeds"][0]["train_loss"]
+    # an epsilon far above sqrt(v) shrinks every Adam step: the trajectory must change
+    big = _run(tiny_dir, sst2, tmp_path, "eps-big", "--adam-eps", "1e-2")
+    assert default["hyper"]["adam_eps"] == 1e-6 and big["hyper"]["adam_eps"] == 1e-2
+    assert same == default["seeds"][0]["train_loss"]
+    assert big["seeds"][0]["train_loss"][1:] != pytest.approx(same[1:], abs=1e-4)
+
+
 def test_classifier_dropout_reaches_the_head_and_the_saved_config(tiny_dir, sst2, tmp_path):
     default = _run(tiny_dir, sst2, tmp_path, "default")
     none = _run(tiny_dir, sst2, tmp_path, "none", "--classifier-dropout", "0")
@@ -93,6 +103,17 @@ def test_trainer_script_records_the_same_curve_steps(tiny_dir, sst2, tmp_path):
     assert theirs["dev"] == {k: theirs["evals"][-1][k] for k in theirs["dev"]}
     assert results["hyper"]["classifier_dropout"] == 0.2
     assert (out / "dev_accuracy.png").stat().st_size > 1000
+
+
+def test_trainer_script_passes_adam_eps_to_trainer(tmp_path):
+    pytest.importorskip("accelerate")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import hf_trainer_finetune
+
+    base = ["--model", "m", "--task", "rte", "--train", "t", "--dev", "d", "--out", str(tmp_path), "--device", "cpu"]
+    default = hf_trainer_finetune.training_args(hf_trainer_finetune.parse_args(base), 1)
+    given = hf_trainer_finetune.training_args(hf_trainer_finetune.parse_args([*base, "--adam-eps", "1e-6"]), 1)
+    assert default.adam_epsilon == 1e-8 and given.adam_epsilon == 1e-6
 
 
 @pytest.mark.parametrize("task", ["mrpc", "stsb"])

@@ -57,6 +57,8 @@ def add_arguments(parser) -> None:
     a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
     a("--max-grad-norm", type=nonnegative_float, default=1.0,
       help="clip the gradient's global norm at this value before each step, as the paper (0: no clipping)")
+    a("--adam-eps", type=positive_float, default=1e-6,
+      help="AdamW's epsilon (default 1e-6, BERT's; transformers' Trainer uses 1e-8)")
     a("--classifier-dropout", type=fraction_below_1, default=None,
       help="dropout on the vector the output layer reads, in [0, 1) (default: the model config's "
            "classifier_dropout, else its hidden_dropout_prob: 0.1 for BERT)")
@@ -157,7 +159,7 @@ def job_from_args(args):
     lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
     hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, args.max_grad_norm,
                seeds=args.seeds, group_by_length=args.group_by_length,
-               classifier_dropout=args.classifier_dropout, eval_every=args.eval_every)
+               classifier_dropout=args.classifier_dropout, eval_every=args.eval_every, adam_eps=args.adam_eps)
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
     return FinetuneJob(
         model=args.model, task=args.task, train=args.train, out=args.out, dev=args.dev, hyper=hp,

@@ -3,9 +3,9 @@
 The paper's recipe (§4 and Appendix A.3): start from the pretrained weights, add one output
 layer, train everything end to end for a few epochs with Adam (weight decay 0.01, none on biases
 and LayerNorm), linear warm-up over the first 10% of the steps then linear decay to zero, batch
-32, learning rate 2e-5..5e-5, gradient norm clipped at 1.0 (`Hyper` holds these knobs, with the
-classifier's dropout and how often dev is scored). Fine-tuning is unstable on small
-sets, so the paper ran several restarts and kept the best on dev; we run each seed from the same
+32, learning rate 2e-5..5e-5, gradient norm clipped at 1.0, Adam's epsilon 1e-6 (`Hyper` holds
+these knobs, with the classifier's dropout and how often dev is scored). Fine-tuning is unstable
+on small sets, so the paper ran several restarts and kept the best on dev; we run each seed from the same
 pretrained weights and report every seed, the median and the standard deviation.
 
 The saved model (`OUT/model`) is the seed with the best dev main metric, as it stands after its
@@ -49,6 +49,7 @@ class Hyper:
     group_by_length: bool = False  # batches of similar length: less padding, same examples per epoch
     classifier_dropout: float | None = None  # dropout before the output layer; None: the model config's
     eval_every: int | None = None  # also score dev every N optimizer steps; None: after each epoch only
+    adam_eps: float = 1e-6  # BERT's; transformers' Trainer defaults to 1e-8
 
 
 @dataclass
@@ -105,7 +106,7 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
     total = sum(map(len, plan))
     warm = warmup_steps(hp.warmup, total)
     model.to(rt.device)
-    optimizer = build_optimizer(model, hp.lr, hp.weight_decay)
+    optimizer = build_optimizer(model, hp.lr, hp.weight_decay, eps=hp.adam_eps)
     clip = hp.max_grad_norm if hp.max_grad_norm > 0 else math.inf  # inf: the norm, unclipped
     step_losses: list[torch.Tensor] = []
     curve = _Curve(task, dev, rt, per_epoch, seed, hp.epochs, log)
