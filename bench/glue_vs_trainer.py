@@ -1,12 +1,15 @@
 """bertkit finetune against transformers' Trainer on the shared GLUE tasks, seed by seed, resumable.
 
     python bench/glue_vs_trainer.py [--tasks mrpc,rte] [--stop-at 12:40] [--launcher "nice -n 5"]
+                                    [--adam-eps 1e-6] [--pipelines trainer]
 
 For each task (MRPC, RTE, STS-B, CoLA, SST-2 on a fixed 8,000-example subset) and each seed 1..5,
 runs `bertkit finetune` and `bench/hf_trainer_finetune.py` side by side, one thread each, with
 the same hyper-parameters: all-MiniLM-L6-v2, batch 32, max length 128, lr 5e-5, 2 epochs,
-warm-up 10%, weight decay 0.01, gradient norm clipped at 1.0, length-grouped batches. Each
-finished run's results.json is copied (atomically) to RESULTS/<task>/<pipeline>-seed<k>.json;
+warm-up 10%, weight decay 0.01, gradient norm clipped at 1.0, length-grouped batches; --adam-eps
+passes one Adam epsilon to both (without it each keeps its own default: bertkit 1e-6, Trainer 1e-8).
+--pipelines runs only some of the two: training on the CPU is deterministic, so a pipeline whose
+recipe did not change need not run again. Each finished run's results.json is copied (atomically) to RESULTS/<task>/<pipeline>-seed<k>.json;
 a run whose file exists is skipped, so the same command resumes an interrupted table. After
 each pair, the README's table (between bench/glue_table.py's markers), RESULTS/summary.json
 and RESULTS/table.png are redrawn from whatever runs exist. --render-only just redraws them.
@@ -47,6 +50,10 @@ def parse_args(argv):
     p.add_argument("--results", default=str(ROOT / "docs/results/glue-vs-trainer"), help="per-run JSON folder")
     p.add_argument("--work", default=str(ROOT / "runs/glue-vs-trainer"), help="scratch folder for the runs")
     p.add_argument("--readme", default=str(ROOT / "README.md"), help="README whose table is redrawn")
+    p.add_argument("--adam-eps", type=float, default=None,
+                   help="Adam's epsilon for both pipelines (default: each its own, bertkit 1e-6, Trainer 1e-8)")
+    p.add_argument("--pipelines", default=",".join(glue_table.PIPELINES),
+                   help="comma-separated pipelines to run (bertkit, trainer); the others' results are read as they are")
     p.add_argument("--launcher", default="", help="command prefix for each run, e.g. \"nice -n 5\"")
     p.add_argument("--pause", type=float, default=20.0, help="seconds to wait between pairs")
     p.add_argument("--stop-at", default=None, metavar="HH:MM", help="UTC time after which no pair starts")
@@ -58,6 +65,8 @@ def commands(args, task: str, seed: int, out: Path) -> dict[str, list[str]]:
     folder = Path(args.glue) / FOLDERS[task]
     common = ["--model", args.model, "--task", task, "--train", str(folder / "train.tsv"),
               "--dev", str(folder / "dev.tsv"), *RECIPE, "--seeds", str(seed)]
+    if args.adam_eps is not None:
+        common += ["--adam-eps", repr(args.adam_eps)]
     if task in SUBSET:
         common += ["--max-train-examples", str(SUBSET[task])]
     prefix = shlex.split(args.launcher)
@@ -124,12 +133,25 @@ def main(argv=None) -> int:
         args.glue = str(Path(os.environ.get("BERTKIT_SHARED", ROOT.parent / "shared")) / "data" / "glue")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     seeds = glue_table.parse_seeds(args.seeds)
+    pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
+    for kind, names, known in (("task", tasks, glue_table.TASKS), ("pipeline", pipelines, glue_table.PIPELINES)):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            print(f"glue_vs_trainer.py: error: unknown {kind}(s) {', '.join(unknown)}; "
+                  f"choose from {', '.join(known)}", file=sys.stderr)
+            return 2
+    readme = Path(args.readme)
+    if not readme.is_file() or glue_table.START not in readme.read_text(encoding="utf-8"):
+        # checked before any run, so a wrong --readme does not end the table after its first pair
+        print(f"glue_vs_trainer.py: error: {readme}: no glue-vs-trainer table markers "
+              f"({glue_table.START!r} ... {glue_table.END!r})", file=sys.stderr)
+        return 2
     if not args.render_only:
         stop = deadline(args.stop_at, dt.datetime.now(dt.timezone.utc))
         first = True
         for task in tasks:
             for seed in seeds:
-                todo = [p for p in glue_table.PIPELINES
+                todo = [p for p in pipelines
                         if not glue_table.run_path(args.results, task, p, seed).exists()]
                 if not todo:
                     continue

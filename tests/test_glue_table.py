@@ -90,3 +90,43 @@ def test_the_script_summarizes_a_range_of_seeds_of_one_task(tmp_path, capsys):
     summary = json.loads((tmp_path / "rte-10.json").read_text())
     assert list(summary) == ["rte"] and summary["rte"]["bertkit"]["n"] == 10 and summary["rte"]["complete"]
     assert (tmp_path / "rte-10.png").stat().st_size > 1000
+
+
+def test_adam_eps_reaches_both_pipelines_and_only_the_chosen_pipelines_run(tmp_path, monkeypatch):
+    import glue_vs_trainer
+
+    args = glue_vs_trainer.parse_args(["--model", "m", "--glue", "g", "--adam-eps", "1e-6"])
+    cmds = glue_vs_trainer.commands(args, "rte", 3, tmp_path)
+    for name in ("bertkit", "trainer"):
+        i = cmds[name].index("--adam-eps")
+        assert float(cmds[name][i + 1]) == 1e-6, cmds[name]
+    plain = glue_vs_trainer.commands(glue_vs_trainer.parse_args(["--model", "m", "--glue", "g"]), "rte", 3, tmp_path)
+    assert all("--adam-eps" not in cmd for cmd in plain.values())
+
+    started = []
+    monkeypatch.setattr(glue_vs_trainer, "run_pair", lambda a, task, seed, todo: started.append((task, seed, todo)))
+    _write(tmp_path / "runs", "rte", "trainer", 2, 57, 100)  # already done: skipped
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{glue_table.START}\n{glue_table.END}\n")
+    common = ["--model", "m", "--glue", "g", "--tasks", "rte", "--seeds", "1-2", "--pause", "0",
+              "--results", str(tmp_path / "runs"), "--readme", str(readme)]
+    assert glue_vs_trainer.main([*common, "--pipelines", "trainer"]) == 0
+    assert started == [("rte", 1, ["trainer"])]
+    assert glue_vs_trainer.main([*common, "--pipelines", "trainer,hf"]) == 2
+
+
+def test_a_bad_task_pipeline_or_readme_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    import glue_vs_trainer
+
+    started = []
+    monkeypatch.setattr(glue_vs_trainer, "run_pair", lambda *a: started.append(a))
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers here\n")
+    common = ["--model", "m", "--glue", "g", "--seeds", "1", "--pause", "0", "--results", str(tmp_path / "runs")]
+    assert glue_vs_trainer.main([*common, "--readme", str(readme)]) == 2
+    assert "no glue-vs-trainer table markers" in capsys.readouterr().err
+    assert glue_vs_trainer.main([*common, "--readme", str(tmp_path / "missing.md")]) == 2
+    readme.write_text(f"{glue_table.START}\n{glue_table.END}\n")
+    assert glue_vs_trainer.main([*common, "--readme", str(readme), "--tasks", "rte,qnli"]) == 2
+    assert "unknown task(s) qnli" in capsys.readouterr().err
+    assert started == []
