@@ -9,7 +9,8 @@ summary and a PNG of every seed.
 
 The goal, per task, judged only once both pipelines have every seed:
 - quality: bertkit's median >= Trainer's median - half the larger of the two stds;
-- time: bertkit's median wall time per run <= Trainer's.
+- time: bertkit's median wall time per run <= Trainer's. The verdict also gives the median over
+  seeds of Trainer's time / bertkit's in the same pair, which ran side by side.
 A task with missing runs is marked incomplete (k/n seeds) and shows what it has.
 
 As a script it summarizes any tasks and seeds of a results folder, e.g. RTE over seeds 1-10:
@@ -66,6 +67,9 @@ def summarize_task(bertkit: list[dict], trainer: list[dict], n_seeds: int) -> di
                       "values": {r["seed"]: r["value"] for r in runs}} if runs else None)
         if runs:
             out["metric"] = runs[0]["metric"]
+    # pairs ran side by side, so their ratio is the time comparison that machine drift does not move
+    ratios = [t["time_s"] / b["time_s"] for b in bertkit for t in trainer if t["seed"] == b["seed"]]
+    out["time_ratio"] = statistics.median(ratios) if ratios else None
     out["quality_ok"] = out["time_ok"] = None
     if out["complete"]:
         b, t = out["bertkit"], out["trainer"]
@@ -94,7 +98,8 @@ def _verdict(row: dict) -> str:
         return f"incomplete ({have[0]}/{row['seeds']} bertkit, {have[1]}/{row['seeds']} Trainer seeds)"
     quality = "yes" if row["quality_ok"] else "**no**"
     time = "yes" if row["time_ok"] else "**no**"
-    return f"quality {quality} (>= {row['trainer']['median'] - row['margin']:.2f}); time {time}"
+    ratio = f" (Trainer/bertkit {row['time_ratio']:.2f}x per pair)" if row.get("time_ratio") else ""
+    return f"quality {quality} (>= {row['trainer']['median'] - row['margin']:.2f}); time {time}{ratio}"
 
 
 def render(summary: dict) -> str:
