@@ -4,7 +4,8 @@
 (pipeline `bertkit` or `trainer`, one seed per file). This module reads them, summarizes each
 task's dev main metric (median, sample std, min, max over seeds), wall time per run (the
 training loop with its dev evaluations: `seeds[0].time_s` in both layouts) and median last-epoch
-training loss, applies the goal check, and renders the Markdown table the README shows, a JSON
+training loss, applies the goal check, measures how far Trainer is ahead and whether seed-to-seed noise
+explains it (a permutation test on the means), and renders the Markdown table the README shows, a JSON
 summary and a PNG of every seed.
 
 The goal, per task, judged only once both pipelines have every seed:
@@ -21,7 +22,10 @@ As a script it summarizes any tasks and seeds of a results folder, e.g. RTE over
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
+import random
 import statistics
 from pathlib import Path
 
@@ -70,6 +74,7 @@ def summarize_task(bertkit: list[dict], trainer: list[dict], n_seeds: int) -> di
     # pairs ran side by side, so their ratio is the time comparison that machine drift does not move
     ratios = [t["time_s"] / b["time_s"] for b in bertkit for t in trainer if t["seed"] == b["seed"]]
     out["time_ratio"] = statistics.median(ratios) if ratios else None
+    out["gap"] = gap([r["value"] for r in bertkit], [r["value"] for r in trainer])
     out["quality_ok"] = out["time_ok"] = None
     if out["complete"]:
         b, t = out["bertkit"], out["trainer"]
@@ -77,6 +82,47 @@ def summarize_task(bertkit: list[dict], trainer: list[dict], n_seeds: int) -> di
         out["quality_ok"] = b["median"] >= t["median"] - out["margin"]
         out["time_ok"] = b["time_s"] <= t["time_s"]
     return out
+
+
+def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int = 0) -> float:
+    """Two-sided p-value that the means of `a` and `b` differ only by chance: the share of
+    relabellings of the pooled values whose mean difference is at least the observed one. Every
+    split is enumerated when there are at most `rounds` of them (5 vs 5: 252), otherwise `rounds`
+    random ones are drawn (seeded) and p is (hits + 1) / (rounds + 1)."""
+    pooled, n, total = [*a, *b], len(a), sum(a) + sum(b)
+    observed = abs(sum(b) / len(b) - sum(a) / n) - 1e-9 * (1 + abs(total))
+
+    def far(first_sum: float) -> bool:
+        return abs((total - first_sum) / len(b) - first_sum / n) >= observed
+
+    if math.comb(len(pooled), n) <= rounds:
+        splits = list(itertools.combinations(range(len(pooled)), n))
+        return sum(far(sum(pooled[i] for i in split)) for split in splits) / len(splits)
+    rng, hits = random.Random(seed), 0
+    for _ in range(rounds):
+        hits += far(sum(rng.sample(pooled, n)))
+    return (hits + 1) / (rounds + 1)
+
+
+def gap(bertkit: list[float], trainer: list[float]) -> dict | None:
+    """How far Trainer is ahead (negative: behind) in median and mean, and whether the mean gap
+    is larger than chance relabelling of the seeds gives (`permutation_p`); None below 2 runs each."""
+    if len(bertkit) < 2 or len(trainer) < 2:
+        return None
+    return {"median": statistics.median(trainer) - statistics.median(bertkit),
+            "mean": statistics.fmean(trainer) - statistics.fmean(bertkit), "p": permutation_p(bertkit, trainer)}
+
+
+def render_gaps(summary: dict) -> str:
+    """One line per task with runs in both pipelines: Trainer's lead and its permutation p-value."""
+    lines = []
+    for task, row in summary.items():
+        g = row.get("gap")
+        if g:
+            n = f"{row['bertkit']['n']} vs {row['trainer']['n']} seeds"
+            lines.append(f"{NAMES.get(task, task)}: Trainer - bertkit = {g['median']:+.2f} (median), "
+                         f"{g['mean']:+.2f} (mean); permutation p {g['p']:.3f} ({n})")
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def summarize(root: Path, tasks=TASKS, seeds=(1, 2, 3, 4, 5)) -> dict:
@@ -168,6 +214,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     summary = summarize(Path(args.results), args.tasks.split(","), parse_seeds(args.seeds))
     print(render(summary), end="")
+    print(render_gaps(summary), end="")
     if args.json:
         from bertkit.io import write_json
 

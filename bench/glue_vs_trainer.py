@@ -167,7 +167,8 @@ def main(argv=None) -> int:
                 run_pair(args, task, seed, todo)
                 render(args, seeds)
     render(args, seeds)
-    print(glue_table.render(glue_table.summarize(Path(args.results), list(glue_table.TASKS), seeds)), flush=True)
+    summary = glue_table.summarize(Path(args.results), list(glue_table.TASKS), seeds)
+    print(glue_table.render(summary) + glue_table.render_gaps(summary), end="", flush=True)
     return 0
 
 

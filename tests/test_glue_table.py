@@ -87,7 +87,8 @@ def test_the_script_summarizes_a_range_of_seeds_of_one_task(tmp_path, capsys):
     glue_table.main(["--results", str(tmp_path), "--tasks", "rte", "--seeds", "1-10",
                      "--json", str(tmp_path / "rte-10.json")])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and lines[2].startswith("| RTE | accuracy | bertkit | 55.50 |")  # median of 51..60
+    assert len(lines) == 5 and lines[2].startswith("| RTE | accuracy | bertkit | 55.50 |")  # median of 51..60
+    assert lines[4].startswith("RTE: Trainer - bertkit = +4.50 (median), +4.50 (mean); permutation p 0.00")
     summary = json.loads((tmp_path / "rte-10.json").read_text())
     assert list(summary) == ["rte"] and summary["rte"]["bertkit"]["n"] == 10 and summary["rte"]["complete"]
     assert (tmp_path / "rte-10.png").stat().st_size > 1000
@@ -131,3 +132,19 @@ def test_a_bad_task_pipeline_or_readme_is_refused_before_any_run(tmp_path, monke
     assert glue_vs_trainer.main([*common, "--readme", str(readme), "--tasks", "rte,qnli"]) == 2
     assert "unknown task(s) qnli" in capsys.readouterr().err
     assert started == []
+
+
+def test_permutation_p_is_exact_for_few_seeds_and_sampled_close_to_exact_for_more():
+    # 5 vs 5: 252 splits, and only the observed one and its mirror are as far apart
+    assert glue_table.permutation_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert glue_table.permutation_p([3, 1, 2], [2, 3, 1]) == 1.0  # the same values: no evidence at all
+    assert glue_table.permutation_p([1, 2, 3, 4, 5], [1.5, 2.5, 3.5, 4.5, 5.5]) > 0.5
+    a = [55.2, 53.8, 56.7, 57.0, 54.5, 55.6, 56.0, 52.7, 57.4, 55.2]
+    b = [57.4, 56.7, 56.3, 58.8, 57.0, 54.2, 55.6, 59.2, 56.0, 53.8]
+    exact = glue_table.permutation_p(a, b, rounds=200_000)  # C(20, 10) = 184,756 splits, all of them
+    sampled = glue_table.permutation_p(a, b)  # 20,000 random ones
+    assert 0.01 < exact < 0.5 and sampled == pytest.approx(exact, abs=0.015)
+    assert glue_table.permutation_p(a, b) == sampled  # seeded
+    assert glue_table.gap([1, 2], [5]) is None
+    g = glue_table.gap([1, 2, 3], [2, 4, 6])
+    assert g["median"] == 2 and g["mean"] == 2
