@@ -87,8 +87,9 @@ def test_the_script_summarizes_a_range_of_seeds_of_one_task(tmp_path, capsys):
     glue_table.main(["--results", str(tmp_path), "--tasks", "rte", "--seeds", "1-10",
                      "--json", str(tmp_path / "rte-10.json")])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 and lines[2].startswith("| RTE | accuracy | bertkit | 55.50 |")  # median of 51..60
+    assert len(lines) == 6 and lines[2].startswith("| RTE | accuracy | bertkit | 55.50 |")  # median of 51..60
     assert lines[4].startswith("RTE: Trainer - bertkit = +4.50 (median), +4.50 (mean); permutation p 0.00")
+    assert "by chance alone (a pipeline vs itself): Trainer 0%" in lines[5]  # ten equal values never miss
     summary = json.loads((tmp_path / "rte-10.json").read_text())
     assert list(summary) == ["rte"] and summary["rte"]["bertkit"]["n"] == 10 and summary["rte"]["complete"]
     assert (tmp_path / "rte-10.png").stat().st_size > 1000
@@ -148,3 +149,18 @@ def test_permutation_p_is_exact_for_few_seeds_and_sampled_close_to_exact_for_mor
     assert glue_table.gap([1, 2], [5]) is None
     g = glue_table.gap([1, 2, 3], [2, 4, 6])
     assert g["median"] == 2 and g["mean"] == 2
+
+
+def test_miss_rates_count_goal_failures_across_pipelines_and_of_each_against_itself():
+    low, high = [float(v) for v in range(10)], [100.0 + v for v in range(10)]
+    worse = glue_table.miss_rates(low, high, draws=200)
+    assert worse["bertkit_vs_trainer"] == 1.0 and worse["n"] == 5
+    assert glue_table.miss_rates(high, low, draws=200)["bertkit_vs_trainer"] == 0.0
+    # against itself: spread-out values sometimes miss, and the same values miss equally often either way
+    spread = [50.0 + v for v in (0, 0, 1, 1, 2, 3, 5, 6, 8, 9)]
+    placebo = glue_table.miss_rates(spread, list(spread), draws=2000)
+    assert 0 < placebo["trainer_vs_itself"] < 0.5 and 0 < placebo["bertkit_vs_itself"] < 0.5
+    assert placebo["trainer_vs_itself"] == pytest.approx(placebo["bertkit_vs_itself"], abs=0.05)
+    assert glue_table.miss_rates(low[:9], high) is None  # fewer than 2 x 5 seeds
+    assert glue_table.goal_met([54, 56.4, 58], [56, 57, 58])  # the larger std (2, not 1) sets the margin
+    assert not glue_table.goal_met([50, 51, 52], [56, 57, 58])
