@@ -212,7 +212,7 @@ def plot(summary: dict, dest: Path) -> None:
     if not rows:
         return
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(rows), figsize=(3 * len(rows), 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(rows), figsize=(max(3 * len(rows), 4.5), 3.8), squeeze=False)
     for ax, (task, row) in zip(axes[0], rows.items()):
         for x, name in enumerate(PIPELINES):
             s = row[name]
@@ -224,7 +224,8 @@ def plot(summary: dict, dest: Path) -> None:
                title=f"{NAMES.get(task, task)} ({'done' if row['complete'] else 'partial'})",
                ylabel=f"dev {row.get('metric', '')}")
         ax.grid(alpha=0.3)
-    fig.suptitle("all-MiniLM-L6-v2, 2 epochs: each seed's dev score (bar: median)")
+    fig.suptitle("all-MiniLM-L6-v2, 2 epochs: each seed's dev score (bar: median)", fontsize=10)
+    fig.tight_layout()
     save_figure(fig, dest)
 
 
