@@ -4,10 +4,10 @@
 (pipeline `bertkit` or `trainer`, one seed per file). This module reads them, summarizes each
 task's dev main metric (median, sample std, min, max over seeds), wall time per run (the
 training loop with its dev evaluations: `seeds[0].time_s` in both layouts) and median last-epoch
-training loss, applies the goal check, measures how far Trainer is ahead and whether seed-to-seed noise
-explains it (a permutation test on the means; with at least 10 seeds each, also how often the
-5-seed goal misses by chance, a pipeline against itself), and renders the Markdown table the README shows, a JSON
-summary and a PNG of every seed.
+training loss, applies the goal check, and renders the Markdown table the README shows, a JSON
+summary and a PNG of every seed. It also measures how far Trainer is ahead and whether
+seed-to-seed noise explains it: a permutation test on the means and, with at least 10 seeds each,
+how often the 5-seed goal misses by chance (a pipeline against itself).
 
 The goal, per task, judged only once both pipelines have every seed:
 - quality: bertkit's median >= Trainer's median - half the larger of the two stds;
@@ -17,7 +17,7 @@ A task with missing runs is marked incomplete (k/n seeds) and shows what it has.
 
 As a script it summarizes any tasks and seeds of a results folder, e.g. RTE over seeds 1-10:
 
-    python bench/glue_table.py --tasks rte --seeds 1-10 --json RESULTS/rte-seeds-1-10.json
+    python bench/glue_table.py --tasks rte --seeds 1-20 --json RESULTS/rte-seeds-1-20.json
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def miss_rates(bertkit: list[float], trainer: list[float], n: int = 5, draws: in
 
 
 def render_gaps(summary: dict) -> str:
-    """One line per task with runs in both pipelines: Trainer's lead and its permutation p-value."""
+    """Per task with runs in both pipelines: Trainer's lead and its permutation p-value, and the
+    5-seed goal's miss rates when there are enough seeds."""
     lines = []
     for task, row in summary.items():
         g = row.get("gap")
