@@ -15,7 +15,7 @@ The goal, per task, judged only once both pipelines have every seed:
   seeds of Trainer's time / bertkit's in the same pair, which ran side by side.
 A task with missing runs is marked incomplete (k/n seeds) and shows what it has.
 
-As a script it summarizes any tasks and seeds of a results folder, e.g. RTE over seeds 1-10:
+As a script it summarizes any tasks and seeds of a results folder, e.g. RTE over seeds 1-20:
 
     python bench/glue_table.py --tasks rte --seeds 1-20 --json RESULTS/rte-seeds-1-20.json
 """
@@ -75,14 +75,14 @@ def summarize_task(bertkit: list[dict], trainer: list[dict], n_seeds: int) -> di
     # pairs ran side by side, so their ratio is the time comparison that machine drift does not move
     ratios = [t["time_s"] / b["time_s"] for b in bertkit for t in trainer if t["seed"] == b["seed"]]
     out["time_ratio"] = statistics.median(ratios) if ratios else None
-    out["gap"] = gap([r["value"] for r in bertkit], [r["value"] for r in trainer])
-    out["miss_rates"] = miss_rates([r["value"] for r in bertkit], [r["value"] for r in trainer])
+    values = [r["value"] for r in bertkit], [r["value"] for r in trainer]
+    out["gap"] = gap(*values)
+    out["miss_rates"] = miss_rates(*values)
     out["quality_ok"] = out["time_ok"] = None
     if out["complete"]:
-        b, t = out["bertkit"], out["trainer"]
-        out["margin"] = max(b["std"], t["std"]) / 2
-        out["quality_ok"] = goal_met(list(b["values"].values()), list(t["values"].values()))
-        out["time_ok"] = b["time_s"] <= t["time_s"]
+        out["margin"] = goal_margin(*values)
+        out["quality_ok"] = goal_met(*values)
+        out["time_ok"] = out["bertkit"]["time_s"] <= out["trainer"]["time_s"]
     return out
 
 
@@ -115,10 +115,14 @@ def gap(bertkit: list[float], trainer: list[float]) -> dict | None:
             "mean": statistics.fmean(trainer) - statistics.fmean(bertkit), "p": permutation_p(bertkit, trainer)}
 
 
+def goal_margin(bertkit: list[float], trainer: list[float]) -> float:
+    """How far under Trainer's median bertkit's may fall: half the larger of the two stds."""
+    return max(statistics.stdev(bertkit), statistics.stdev(trainer)) / 2
+
+
 def goal_met(bertkit: list[float], trainer: list[float]) -> bool:
-    """The quality goal: bertkit's median >= Trainer's median - half the larger std."""
-    margin = max(statistics.stdev(bertkit), statistics.stdev(trainer)) / 2
-    return statistics.median(bertkit) >= statistics.median(trainer) - margin
+    """The quality goal: bertkit's median >= Trainer's median - `goal_margin`."""
+    return statistics.median(bertkit) >= statistics.median(trainer) - goal_margin(bertkit, trainer)
 
 
 def miss_rates(bertkit: list[float], trainer: list[float], n: int = 5, draws: int = 5000, seed: int = 0) -> dict | None:
