@@ -4,7 +4,7 @@
 (pipeline `bertkit` or `trainer`, one seed per file). This module reads them, summarizes each
 task's dev main metric (median, sample std, min, max over seeds), wall time per run (the
 training loop with its dev evaluations: `seeds[0].time_s` in both layouts) and median last-epoch
-training loss, applies the goal check, and renders the Markdown table the README shows, a JSON
+training loss, applies the goal check, and renders the Markdown table docs/results/glue-vs-trainer.md shows, a JSON
 summary and a PNG of every seed. It also measures how far Trainer is ahead and whether
 seed-to-seed noise explains it: a permutation test on the means and, with at least 10 seeds each,
 how often the 5-seed goal misses by chance (a pipeline against itself).

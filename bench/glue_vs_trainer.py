@@ -11,7 +11,7 @@ passes one Adam epsilon to both (without it each keeps its own default: bertkit 
 --pipelines runs only some of the two: training on the CPU is deterministic, so a pipeline whose
 recipe did not change need not run again. Each finished run's results.json is copied (atomically) to RESULTS/<task>/<pipeline>-seed<k>.json;
 a run whose file exists is skipped, so the same command resumes an interrupted table. After
-each pair, the README's table (between bench/glue_table.py's markers), RESULTS/summary.json
+each pair, docs/results/glue-vs-trainer.md's table (between bench/glue_table.py's markers), RESULTS/summary.json
 and RESULTS/table.png are redrawn from whatever runs exist. --render-only just redraws them.
 """
 
@@ -49,7 +49,8 @@ def parse_args(argv):
     p.add_argument("--seeds", default="1,2,3,4,5", help='comma-separated seeds or ranges, e.g. "6-10"')
     p.add_argument("--results", default=str(ROOT / "docs/results/glue-vs-trainer"), help="per-run JSON folder")
     p.add_argument("--work", default=str(ROOT / "runs/glue-vs-trainer"), help="scratch folder for the runs")
-    p.add_argument("--readme", default=str(ROOT / "README.md"), help="README whose table is redrawn")
+    p.add_argument("--readme", default=str(ROOT / "docs" / "results" / "glue-vs-trainer.md"),
+                   help="the Markdown page whose table is redrawn")
     p.add_argument("--adam-eps", type=float, default=None,
                    help="Adam's epsilon for both pipelines (default: each its own, bertkit 1e-6, Trainer 1e-8)")
     p.add_argument("--pipelines", default=",".join(glue_table.PIPELINES),

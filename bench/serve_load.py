@@ -84,6 +84,8 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", "--model", f"mini={model_dir()}",
                                       "--port", "0", *self.extra, *flags], env=env, stderr=subprocess.PIPE, text=True)
         first = self.proc.stderr.readline()
+        if ": threads: " in first:  # the thread count bertkit chose from the load comes first
+            first = self.proc.stderr.readline()
         match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
         if not match:
             raise SystemExit(f"server did not start: {first}{self.proc.stderr.read()}")

@@ -81,6 +81,25 @@ def one_thread():
         os.environ["OMP_NUM_THREADS"] = env
 
 
+@pytest.fixture(scope="session")
+def progress(pytestconfig):
+    """`progress(text)` prints one line on the terminal at once, past pytest's capture: for a
+    fixture that works for minutes, so a run never sits silent that long."""
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+
+    def say(text: str) -> None:
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(text)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(text)
+
+    return say
+
+
 def _tiny_vocab() -> list[str]:
     from finetune_helpers import BAD, FILLER, GOOD, NOUNS
 

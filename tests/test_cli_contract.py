@@ -26,7 +26,7 @@ import shutil
 import string
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -365,8 +365,9 @@ def _case_id(case: Case) -> str:
 
 
 @pytest.fixture(scope="module")
-def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
+def fixtures(tiny_dir, pretraining_data, tmp_path_factory, progress) -> dict[str, str]:
     """$name -> text: the shared inputs the rows name (absolute paths, or flags)."""
+    progress("test_cli_contract: building the shared inputs (a pretraining run, an index, an ONNX export)")
     root = tmp_path_factory.mktemp("contract-fixtures")
     write_sst2(root / "train.tsv", 8, 0)
     write_sst2(root / "dev.tsv", 4, 1)
@@ -382,9 +383,12 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
     data = pretraining_data / "nsp"
     run = root / "run"
     assert main(tiny_args(data, run, "--steps", "2", "--save-every", "1", "--eval-samples", "0")) == 0
+    progress("test_cli_contract: built the pretraining run")
     assert main(["index", "--model", str(tiny_dir), "--input", str(root / "sentences.txt"), "--out",
                  str(root / "index"), "--no-progress"]) == 0
+    progress("test_cli_contract: built the index")
     assert main(["export", "--model", str(tiny_dir), "--format", "onnx", "--out", str(root / "onnx")]) == 0
+    progress("test_cli_contract: built the ONNX export")
     tiny_flags = shlex.join(tiny_args(data, run)[5:])  # --preset tiny --batch-size 13 --lr ... --config-json ...
     return {"tiny": str(tiny_dir), "evil": str(evil), "train": str(root / "train.tsv"), "dev": str(root / "dev.tsv"),
             "conll": str(root / "gold.conll"), "squad": str(root / "squad.json"), "text": str(root / "sentences.txt"),
@@ -421,13 +425,17 @@ def _run_case(case: Case, fixtures: dict, folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def results(fixtures, tmp_path_factory) -> dict[str, dict]:
+def results(fixtures, tmp_path_factory, progress) -> dict[str, dict]:
     """Every row run once, a few at a time (each mostly waits on Python starting up)."""
     root = tmp_path_factory.mktemp("contract-cases")
     shared = {name: _state(path) for name, path in fixtures.items()}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {_case_id(c): pool.submit(_run_case, c, fixtures, root / _case_id(c)) for c in CASES}
-        out = {name: future.result() for name, future in futures.items()}
+        futures = {pool.submit(_run_case, c, fixtures, root / _case_id(c)): _case_id(c) for c in CASES}
+        out = {}
+        for future in as_completed(futures):
+            out[futures[future]] = future.result()
+            if len(out) % 25 == 0 or len(out) == len(CASES):
+                progress(f"test_cli_contract: {len(out)}/{len(CASES)} cases run")
     out["shared"] = {name: _state(fixtures[name]) == before for name, before in shared.items()}
     return out
 

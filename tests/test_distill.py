@@ -270,7 +270,7 @@ def test_mlm_distillation_on_prepared_data(pretraining_data, tmp_path):
 
 def test_an_embedding_student_keeps_its_teachers_normalisation(vocab_dir, tmp_path):
     from bertkit.distill.tasks import EmbeddingDistill
-    from bertkit.search.encoder import model_normalizes, write_sentence_transformers_files
+    from bertkit.st import model_normalizes, write_sentence_transformers_files
 
     teacher = tmp_path / "teacher"
     teacher.mkdir()

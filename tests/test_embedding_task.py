@@ -138,7 +138,7 @@ def test_a_tiny_run_learns_the_pairs_and_reloads_in_sentence_transformers(tiny_d
     from bertkit.embed import embed_texts, load_encoder
     from bertkit.finetune.task import Runtime
     from bertkit.model import BertModel
-    from bertkit.search.encoder import model_pooling
+    from bertkit.st import model_pooling
     from bertkit.tokenizer import Tokenizer
 
     rows = _write_rows(tmp_path / "pairs.tsv", pair_rows)

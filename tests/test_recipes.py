@@ -132,9 +132,13 @@ def test_an_unknown_recipe_or_dropout_is_a_user_error():
 
 
 def test_the_help_text_shows_the_recipes_real_values():
-    from bertkit.cli.pretrain import RECIPE_DEFAULTS
+    from bertkit.cli.pretrain import RECIPES as RECIPE_DEFAULTS
+    from bertkit.cli.pretrain import recipe_help
 
     assert RECIPE_DEFAULTS == RECIPES
+    # the CLI imports the one table, and each flag's help quotes that table's values
+    for field in ("lr", "adam_beta2", "init", "objective"):
+        assert recipe_help(field) == f"(default: paper {RECIPES['paper'][field]}, budget {RECIPES['budget'][field]})"
 
 
 # ---- the budget recipe's initialisation and AdamW beta2 ----

@@ -22,10 +22,11 @@ import pytest
 
 from bertkit.embed import embed_texts, load_encoder
 from bertkit.errors import UserError
-from bertkit.search.encoder import Encoder, model_pooling
+from bertkit.search.encoder import Encoder
 from bertkit.search.index import IndexSettings, SearchIndex, build_index
 from bertkit.search.passages import read_passages
 from bertkit.search.rerank import Reranker
+from bertkit.st import model_pooling
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "good great fine bad awful movie film plot actor scene the a and of 1 2 3 x y z".split()
@@ -239,7 +240,7 @@ def test_a_directory_saved_by_sentence_transformers_embeds_as_it_does(tiny_dir, 
     st = pytest.importorskip("sentence_transformers")
     from bertkit.search.encoder import Encoder
 
-    from bertkit.search.encoder import write_sentence_transformers_files
+    from bertkit.st import write_sentence_transformers_files
 
     shutil.copytree(tiny_dir, tmp_path / "ours")
     write_sentence_transformers_files(tmp_path / "ours", "max", 64, width=32)

@@ -78,10 +78,6 @@ class BertConfig:
             raise ValueError(f"hidden_act must be a string, not {self.hidden_act!r}")
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
     def head_dropout(self) -> float:
         """Dropout before a task head's output layer: classifier_dropout, else hidden_dropout_prob."""
         return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
@@ -138,12 +134,3 @@ PRESETS: dict[str, BertConfig] = {
     "large": _preset(24, 1024),  # 336,226,108
 }
 
-
-# `bertkit pretrain --recipe`: the optimisation fields each named recipe fills when a run leaves
-# them unset (dropout None: the model config's own). Why each value: bertkit.pretrain.recipes.
-PRETRAINING_RECIPES: dict[str, dict] = {
-    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
-              "dropout": None, "precision": "fp32", "adam_beta2": 0.999, "init": "bert"},
-    "budget": {"objective": "mlm", "batch_size": 32, "lr": 3e-3, "warmup": 0.05, "weight_decay": 0.01,
-               "dropout": 0.0, "precision": "auto", "adam_beta2": 0.98, "init": "scaled"},
-}

@@ -31,7 +31,9 @@ COMBINES = ("concat", "sum", "mean")
 
 
 def pool(hidden: Tensor, attention_mask: Tensor, how: str = "cls") -> Tensor:
-    """(B, T, C) token vectors and a (B, T) 1/0 mask -> (B, C); mean and max skip padding."""
+    """(B, T, C) token vectors and a (B, T) 1/0 mask -> (B, C); mean and max skip padding.
+    The one pooling: `embed_texts`, fine-tuning, search, serve, and the exported graph (it
+    traces to plain ONNX ops)."""
     if how == "cls":
         return hidden[:, 0]
     keep = attention_mask.to(torch.bool)[:, :, None]  # (B, T, 1)

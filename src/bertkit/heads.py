@@ -70,28 +70,28 @@ class MLMHead(nn.Module):
         return logits[..., : self.vocab_size]
 
 
-def _labelled(hidden: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """The hidden vectors and labels at positions with a label: (N, C), (N,)."""
-    keep = labels.reshape(-1) != IGNORE_INDEX
-    return hidden.reshape(-1, hidden.shape[-1])[keep], labels.reshape(-1)[keep]
-
-
-def _encode_labelled(encoder: BertModel, input_ids, attention_mask, token_type_ids, labels: Tensor,
-                     with_cls: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """The last layer's outputs at [CLS] ((B, C), or (0, C) without) and at the labelled
-    positions ((N, C), row-major as `_labelled`), and those labels (N,): the encoder's last layer
-    computes only these rows (see `BertModel.forward`'s `rows`)."""
-    B, T = input_ids.shape
+def _encode_for_mlm(encoder: BertModel, input_ids, attention_mask, token_type_ids, labels: Tensor | None,
+                    output_hidden_states: bool) -> tuple[EncoderOutput, Tensor, Tensor | None]:
+    """(the encoder's outputs, what the MLM head reads, its labels). Without labels: every
+    position (B, T, C), and None. With labels: the labelled positions (N, C) in row-major order
+    and their labels (N,); unless hidden states are asked for, the encoder's last layer computes
+    only those rows (and [CLS] for the pooler, see `BertModel.forward`'s `rows`)."""
+    if labels is None:
+        enc = encoder(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        return enc, enc.last_hidden_state, None
     flat = labels.reshape(-1)
     labelled = (flat != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-    cls = torch.arange(B, device=labels.device) * T if with_cls else labelled[:0]  # (B,) or (0,)
-    h = encoder(input_ids, attention_mask, token_type_ids, rows=torch.cat([cls, labelled])).last_hidden_state
-    return h[: len(cls)], h[len(cls):], flat[labelled]
+    if output_hidden_states:  # every layer whole, as asked; the head reads the labelled rows
+        enc = encoder(input_ids, attention_mask, token_type_ids, True)
+        h = enc.last_hidden_state
+        return enc, h.reshape(-1, h.shape[-1])[labelled], flat[labelled]  # (B*T, C) -> (N, C)
+    enc = encoder(input_ids, attention_mask, token_type_ids, rows=labelled)
+    return enc, enc.last_hidden_state, flat[labelled]
 
 
-def _mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+def _mlm_loss(logits: Tensor, labels: Tensor, reduction: str) -> Tensor:
     # Over zero labelled positions transformers' mean is NaN; keep that behaviour.
-    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction=reduction)
 
 
 class _Head(PretrainedMixin, nn.Module):
@@ -104,7 +104,11 @@ class _Head(PretrainedMixin, nn.Module):
 
 
 class BertForPreTraining(_Head):
-    """Masked language modelling + next-sentence prediction (the paper's pretraining)."""
+    """Masked language modelling + next-sentence prediction (the paper's pretraining).
+
+    The loss is the MLM loss, plus the NSP loss when `next_sentence_label` is given; `reduction`
+    "sum" sums both over their rows instead of averaging (the pretraining loop divides by the
+    counts of the whole global batch)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -115,31 +119,25 @@ class BertForPreTraining(_Head):
         self._init_new(self.mlm.dense, self.mlm.norm, self.nsp)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                next_sentence_label=None, output_hidden_states=False) -> PreTrainingOutput:
-        if labels is not None and not output_hidden_states:  # the training step: sparse last layer
-            h_cls, h, y = _encode_labelled(self.encoder, input_ids, attention_mask, token_type_ids, labels, True)
-            pooled = self.encoder.pool(h_cls)  # (B, C)
-            out = PreTrainingOutput(seq_relationship_logits=self.nsp(pooled), pooler_output=pooled)
-        else:
-            enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-            out = PreTrainingOutput(seq_relationship_logits=self.nsp(enc.pooler_output),  # (B, 2)
-                                    hidden_states=enc.hidden_states, pooler_output=enc.pooler_output)
-            if labels is None:
-                out.logits = self.mlm(enc.last_hidden_state)  # (B, T, V)
-                return out
-            h, y = _labelled(enc.last_hidden_state, labels)
-        nsp_logits = out.seq_relationship_logits
-        out.logits = self.mlm(h)  # (N, V)
-        out.mlm_loss = _mlm_loss(out.logits, y)
-        out.loss = out.mlm_loss
-        if next_sentence_label is not None:
-            out.nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
-            out.loss = out.loss + out.nsp_loss
-        return out
+                next_sentence_label=None, output_hidden_states=False, reduction: str = "mean") -> PreTrainingOutput:
+        enc, h, y = _encode_for_mlm(self.encoder, input_ids, attention_mask, token_type_ids, labels,
+                                    output_hidden_states)
+        logits = self.mlm(h)  # (B, T, V), or (N, V) at the labelled positions
+        nsp_logits = self.nsp(enc.pooler_output)  # (B, 2)
+        mlm_loss = nsp_loss = None
+        if labels is not None:
+            mlm_loss = _mlm_loss(logits, y, reduction)
+            if next_sentence_label is not None:
+                nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1), reduction=reduction)
+        loss = mlm_loss if nsp_loss is None else mlm_loss + nsp_loss
+        return PreTrainingOutput(logits=logits, loss=loss, hidden_states=enc.hidden_states,
+                                 pooler_output=enc.pooler_output, seq_relationship_logits=nsp_logits,
+                                 mlm_loss=mlm_loss, nsp_loss=nsp_loss)
 
 
 class BertForMaskedLM(_Head):
-    """MLM only (the no-NSP ablation; with attention="causal" and shifted labels, the LTR model)."""
+    """MLM only (the no-NSP ablation; with attention="causal" and shifted labels, the LTR model).
+    `reduction` as `BertForPreTraining`'s."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -149,17 +147,12 @@ class BertForMaskedLM(_Head):
         self._init_new(self.mlm.dense, self.mlm.norm)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=False) -> HeadOutput:
-        if labels is not None and not output_hidden_states:  # the training step: sparse last layer
-            _, h, y = _encode_labelled(self.encoder, input_ids, attention_mask, token_type_ids, labels, False)
-            logits = self.mlm(h)  # (N, V)
-            return HeadOutput(logits, _mlm_loss(logits, y))
-        enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        if labels is None:
-            return HeadOutput(self.mlm(enc.last_hidden_state), hidden_states=enc.hidden_states)
-        h, y = _labelled(enc.last_hidden_state, labels)
-        logits = self.mlm(h)  # (N, V)
-        return HeadOutput(logits, _mlm_loss(logits, y), enc.hidden_states)
+                output_hidden_states=False, reduction: str = "mean") -> HeadOutput:
+        enc, h, y = _encode_for_mlm(self.encoder, input_ids, attention_mask, token_type_ids, labels,
+                                    output_hidden_states)
+        logits = self.mlm(h)  # (B, T, V), or (N, V) at the labelled positions
+        loss = _mlm_loss(logits, y, reduction) if labels is not None else None
+        return HeadOutput(logits, loss, enc.hidden_states)
 
 
 class BertForSequenceClassification(_Head):

@@ -10,17 +10,24 @@ Differences from Hugging Face's modeling_bert, none of which change the numbers:
   dtype-minimum mask;
 - `attention="causal"` gives the paper's left-to-right ablation.
 
-Three paths through the same layers, chosen by `BertModel.forward`:
-- padded: (B, T, C) with a padding mask, as everyone does;
-- unpadded (`unpad=True`): the real tokens are gathered into one (N, C) matrix before the first
-  layer, every dense layer runs on those N rows only, attention runs per sequence, and the result
-  is scattered back to (B, T, C) with zeros at padding. A padded batch of variable-length texts
-  spends most of its matrix work on [PAD] (SST-2's dev sentences average ~25 tokens); outputs at
-  real tokens equal the padded path's. Attention per sequence: on CUDA in half precision without
-  attention dropout, one `varlen_attn` call (flash attention over cumulative lengths); elsewhere
-  the sequences are grouped by length and each group is one unmasked SDPA call;
-- last-layer rows (`rows=`): the last layer computes its output only where a head reads it
-  (pretraining: the labelled positions and [CLS]), after full attention.
+One path through the layers, `BertModel.forward`; what differs between its uses is how attention
+is computed, chosen once per call (`BertModel._attention`), and which rows the last layer keeps:
+- padded (`PaddedAttention`): (B, T, C) with a padding mask, as everyone does;
+- unpadded (`unpad=True`, `PackedAttention`): the real tokens are gathered into one (N, C) matrix
+  before the first layer, every dense layer runs on those N rows only, attention runs per
+  sequence, and the result is scattered back to (B, T, C) with zeros at padding. A padded batch
+  of variable-length texts spends most of its matrix work on [PAD] (SST-2's dev sentences average
+  ~25 tokens); outputs at real tokens equal the padded path's. Attention per sequence: on CUDA in
+  half precision without attention dropout, one `varlen_attn` call (flash attention over
+  cumulative lengths); elsewhere the sequences are grouped by length and each group is one
+  unmasked SDPA call;
+- fused (`BertModel.fused_attention`, `FusedAttention`, for `bertkit export`): padded attention,
+  traced by torch.onnx.export as ONNX Runtime's `com.microsoft.Attention` operator, whose packed
+  (C, 3C) weight is our fused projection: one operator per layer (one int8 `QAttention` after
+  dynamic quantisation);
+- last-layer rows (`rows=`; padded or fused): the last layer computes its output only where a
+  head reads it (pretraining: the labelled positions, and [CLS] for the pooler), after full
+  attention.
 
 Shape legend: B batch, T tokens, C hidden, H heads, D head size (C = H*D), I intermediate,
 N real (or selected) tokens, G sequences of one length L.
@@ -64,9 +71,9 @@ class Packing:
     groups: list[tuple[int, Tensor]]  # (L, (G, L) packed-row indices of the sequences of length L)
 
     @classmethod
-    def from_mask(cls, attention_mask: Tensor) -> "Packing":
+    def from_mask(cls, attention_mask: Tensor) -> Packing:
         keep = attention_mask.bool()
-        B, T = keep.shape
+        T = keep.shape[1]
         lengths = keep.sum(1)  # (B,)
         index = keep.reshape(-1).nonzero().squeeze(1)  # (N,)
         cu = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (B+1,)
@@ -76,6 +83,10 @@ class Packing:
             rows = starts[:, None] + torch.arange(L, device=starts.device)  # (G, L)
             groups.append((int(L), rows.long()))
         return cls(index, index % T, cu, int(lengths.max()) if lengths.numel() else 0, groups)
+
+    def pack(self, t: Tensor) -> Tensor:
+        """(B, T, ...) padded -> (N, ...) at the real tokens."""
+        return t.reshape(-1, *t.shape[2:])[self.index]
 
     def repad(self, x: Tensor, B: int, T: int) -> Tensor:
         """(N, C) packed rows -> (B, T, C) with zeros at padding."""
@@ -104,6 +115,29 @@ class Embeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
+# ---- attention: each kind maps a layer's input x, through its fused query|key|value projection,
+# to the attention output of x's shape; `BertModel._attention` picks one per forward call ----
+
+def _sdpa(qkv: Tensor, heads: int, mask: Tensor | None, is_causal: bool, dropout_p: float) -> Tensor:
+    """Padded self-attention from the projected (B, T, 3C) query|key|value -> (B, T, C)."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    q, k, v = qkv.view(B, T, 3, heads, C // heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    return a.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
+
+
+@dataclass
+class PaddedAttention:
+    """(B, T, C) with SDPA's mask from `attention_mask_for_sdpa` (None: no padding)."""
+
+    mask: Tensor | None  # bool, (B, 1, 1, T) or (B, 1, T, T); True where attention is allowed
+    is_causal: bool  # SDPA's own causal mask (only when there is no padding mask)
+
+    def __call__(self, x: Tensor, qkv: nn.Linear, heads: int, dropout_p: float) -> Tensor:
+        return _sdpa(qkv(x), heads, self.mask, self.is_causal, dropout_p)
+
+
 def _varlen_kernel(x: Tensor, dropout_p: float):
     """torch's flash varlen attention when it applies here (CUDA, half precision, no dropout)."""
     if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16) or dropout_p:
@@ -113,6 +147,64 @@ def _varlen_kernel(x: Tensor, dropout_p: float):
     except ImportError:
         return None
     return varlen_attn
+
+
+@dataclass
+class PackedAttention:
+    """(N, C) packed real tokens, attention within each sequence (varlen, or per length group)."""
+
+    packing: Packing
+    causal: bool
+
+    def __call__(self, x: Tensor, qkv: nn.Linear, heads: int, dropout_p: float) -> Tensor:
+        N, C = x.shape
+        H, D = heads, C // heads
+        packed = qkv(x).view(N, 3, H, D)  # (N, 3, H, D)
+        varlen_attn = _varlen_kernel(packed, dropout_p)
+        if varlen_attn is not None:
+            q, k, v = (t.contiguous() for t in packed.unbind(1))  # 3 x (N, H, D)
+            cu, m = self.packing.cu_seqlens, self.packing.max_len
+            a = varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0) if self.causal else (-1, -1))
+            return a.reshape(N, C)
+        parts, rows = [], []
+        for L, idx in self.packing.groups:
+            q, k, v = packed[idx].permute(2, 0, 3, 1, 4)  # (G, L, 3, H, D) -> 3 x (G, H, L, D)
+            o = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=self.causal)
+            parts.append(o.transpose(1, 2).reshape(-1, H, D))  # (G*L, H, D)
+            rows.append(idx.reshape(-1))
+        order = torch.cat(rows)  # packed row of each output row
+        a = torch.empty_like(packed[:, 0]).index_copy(0, order, torch.cat(parts))  # (N, H, D)
+        return a.reshape(N, C)
+
+
+class _OnnxRuntimeAttention(torch.autograd.Function):
+    """Bidirectional padded attention (no dropout, no backward); traced as com.microsoft.Attention."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, mask: Tensor, heads: int) -> Tensor:
+        keep = mask.bool()[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
+        return _sdpa(F.linear(x, weight.t(), bias), heads, keep, False, 0.0)  # weight: (C, 3C)
+
+    @staticmethod
+    def symbolic(g, x, weight, bias, mask, heads):
+        out = g.op("com.microsoft::Attention", x, weight, bias, mask, num_heads_i=heads)
+        out.setType(x.type())  # the output has the input's shape and type: tells the exporter's shape inference
+        return out
+
+
+@dataclass
+class FusedAttention:
+    """Bidirectional `PaddedAttention`, traced (torch.onnx.export) as one ONNX Runtime operator."""
+
+    mask: Tensor  # (B, T) int32, 1 for tokens, 0 for padding
+
+    def __call__(self, x: Tensor, qkv: nn.Linear, heads: int, dropout_p: float) -> Tensor:
+        if torch.jit.is_tracing():  # the export traces in eval mode: no dropout
+            return _OnnxRuntimeAttention.apply(x, qkv.weight.t(), qkv.bias, self.mask, heads)
+        return _sdpa(qkv(x), heads, self.mask.bool()[:, None, None, :], False, dropout_p)  # mask (B, 1, 1, T)
+
+
+Attention = PaddedAttention | PackedAttention | FusedAttention
 
 
 class Layer(nn.Module):
@@ -132,42 +224,19 @@ class Layer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.attn_dropout = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, mask: Tensor | None, is_causal: bool, rows: Tensor | None = None) -> Tensor:
-        """(B, T, C) -> (B, T, C); with `rows` (flat indices into B*T), (len(rows), C) for those only."""
-        B, T, C = x.shape
-        H, D = self.n_head, C // self.n_head
-        q, k, v = self.qkv(x).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
+    def forward(self, x: Tensor, attention: Attention | Tensor | None, is_causal: bool = False,
+                rows: Tensor | None = None) -> Tensor:
+        """(B, T, C) padded or (N, C) packed -> the same shape; with `rows` (flat indices into
+        x's tokens), (len(rows), C) for those only. `attention` is how this call attends (see
+        `BertModel._attention`); SDPA's mask (or None) with `is_causal`, as
+        `attention_mask_for_sdpa` gives them, stands for `PaddedAttention(mask, is_causal)`."""
+        if attention is None or isinstance(attention, Tensor):
+            attention = PaddedAttention(attention, is_causal)
         p = self.attn_dropout if self.training else 0.0
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
-        a = a.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        a = attention(x, self.qkv, self.n_head, p)  # x's shape
         if rows is not None:  # every key and value was needed; the rest only for these rows
-            x, a = x.reshape(B * T, C)[rows], a.reshape(B * T, C)[rows]  # (N, C) each
-        return self.finish(x, a)
-
-    def forward_packed(self, x: Tensor, packing: Packing, causal: bool) -> Tensor:
-        """The same layer on packed real tokens: (N, C) -> (N, C), attention within each sequence."""
-        N, C = x.shape
-        H, D = self.n_head, C // self.n_head
-        qkv = self.qkv(x).view(N, 3, H, D)  # (N, 3, H, D)
-        p = self.attn_dropout if self.training else 0.0
-        varlen_attn = _varlen_kernel(qkv, p)
-        if varlen_attn is not None:
-            q, k, v = (t.contiguous() for t in qkv.unbind(1))  # 3 x (N, H, D)
-            cu, m = packing.cu_seqlens, packing.max_len
-            a = varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0) if causal else (-1, -1))
-        else:
-            parts, rows = [], []
-            for L, idx in packing.groups:
-                q, k, v = qkv[idx].permute(2, 0, 3, 1, 4)  # (G, L, 3, H, D) -> 3 x (G, H, L, D)
-                o = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
-                parts.append(o.transpose(1, 2).reshape(-1, H, D))  # (G*L, H, D)
-                rows.append(idx.reshape(-1))
-            order = torch.cat(rows)  # packed row of each output row
-            a = torch.empty_like(qkv[:, 0]).index_copy(0, order, torch.cat(parts))  # (N, H, D)
-        return self.finish(x, a.reshape(N, C))
-
-    def finish(self, x: Tensor, a: Tensor) -> Tensor:
-        """Everything after attention, token by token: x and a are (..., C)."""
+            C = x.shape[-1]
+            x, a = x.reshape(-1, C)[rows], a.reshape(-1, C)[rows]  # (N, C) each
         x = self.attn_norm(x + self.dropout(self.attn_out(a)))
         h = self.ffn_out(self.act(self.ffn_in(x)))  # (..., I) -> (..., C)
         return self.ffn_norm(x + self.dropout(h))
@@ -195,6 +264,7 @@ class BertModel(PretrainedMixin, nn.Module):
         super().__init__()
         self.config = config
         self.unpad = unpad  # drop padding before the layers; same outputs at real tokens
+        self.fused_attention = False  # `bertkit export`: each layer's attention traced as one operator
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
@@ -212,47 +282,53 @@ class BertModel(PretrainedMixin, nn.Module):
         output_hidden_states: bool = False,
         rows: Tensor | None = None,  # (N,) flat indices into B*T: the only outputs needed
     ) -> EncoderOutput:
-        """With `rows`, the last layer computes its output only at those positions (after full
-        attention): last_hidden_state is then (N, C) in that order and there is no pooler output."""
-        T = input_ids.shape[1]
+        """With `rows`, the last layer computes its output only at those positions (and at [CLS]
+        for the pooler), after full attention: last_hidden_state is then (N, C) in that order.
+        Unpadded, outputs are zero at padding; the pooler reads position 0, so pad on the right."""
+        B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence of {T} tokens exceeds max_position_embeddings "
                 f"{self.config.max_position_embeddings}: truncate the input"
             )
-        if self.unpad and attention_mask is not None and rows is None:
-            return self._forward_unpadded(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        causal = self.config.attention == "causal"
-        mask, is_causal = attention_mask_for_sdpa(attention_mask, T, causal)
-        x = self.embeddings(input_ids, torch.arange(T, device=input_ids.device), token_type_ids)  # (B, T, C)
+        attention, packing = self._attention(attention_mask, T, rows)
+        n_cls = B if rows is not None and self.pooler is not None else 0
+        if n_cls:  # the pooler reads [CLS]: its rows come first
+            rows = torch.cat([torch.arange(B, device=rows.device) * T, rows])
+        x = self._embed(input_ids, token_type_ids, packing)  # (B, T, C), or (N, C) packed
         states = [x] if output_hidden_states else None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, is_causal, rows if i == last else None)
+            x = layer(x, attention, rows=rows if i == last else None)
             if states is not None:
                 states.append(x)
+        if packing is not None:  # (N, C) -> (B, T, C), zeros at padding
+            x = packing.repad(x, B, T)
+            states = [packing.repad(s, B, T) for s in states] if states is not None else None
         hidden = tuple(states) if states is not None else None
-        if rows is not None:
-            return EncoderOutput(x, None, hidden)  # x: (N, C)
-        return EncoderOutput(x, self.pool(x), hidden)
+        if rows is None:
+            return EncoderOutput(x, self.pool(x), hidden)
+        return EncoderOutput(x[n_cls:], self.pool(x[:n_cls]), hidden)  # (N, C), (B, C) or None
 
-    def _forward_unpadded(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None,
-                          output_hidden_states: bool) -> EncoderOutput:
-        """The padded path's outputs, computed on the real tokens only; zeros at padding.
-        The pooler reads position 0, as in the padded path, so pad on the right (BERT's layout)."""
-        B, T = input_ids.shape
-        packing = Packing.from_mask(attention_mask)
-        types = token_type_ids.reshape(-1)[packing.index] if token_type_ids is not None else None
-        x = self.embeddings(input_ids.reshape(-1)[packing.index], packing.positions, types)  # (N, C)
-        states = [x] if output_hidden_states else None
+    def _attention(self, attention_mask: Tensor | None, T: int,
+                   rows: Tensor | None) -> tuple[Attention, Packing | None]:
+        """This call's attention for every layer, and where the real tokens are when it is packed."""
         causal = self.config.attention == "causal"
-        for layer in self.layers:
-            x = layer.forward_packed(x, packing, causal)
-            if states is not None:
-                states.append(x)
-        last = packing.repad(x, B, T)  # (B, T, C)
-        hidden = tuple(packing.repad(s, B, T) for s in states) if states is not None else None
-        return EncoderOutput(last, self.pool(last), hidden)
+        if self.fused_attention:
+            if causal or attention_mask is None:
+                raise ValueError("fused attention is bidirectional and takes an attention mask")
+            return FusedAttention(attention_mask.to(torch.int32)), None
+        if self.unpad and attention_mask is not None and rows is None:
+            packing = Packing.from_mask(attention_mask)
+            return PackedAttention(packing, causal), packing
+        return PaddedAttention(*attention_mask_for_sdpa(attention_mask, T, causal)), None
+
+    def _embed(self, input_ids: Tensor, token_type_ids: Tensor | None, packing: Packing | None) -> Tensor:
+        if packing is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
+            return self.embeddings(input_ids, positions, token_type_ids)  # (B, T, C)
+        types = packing.pack(token_type_ids) if token_type_ids is not None else None
+        return self.embeddings(packing.pack(input_ids), packing.positions, types)  # (N, C)
 
     def pool(self, hidden: Tensor) -> Tensor | None:
         """The paper's pooled [CLS] vector: tanh(W h_0 + b), (B, T, C) or (B, C) -> (B, C)."""

@@ -6,10 +6,14 @@
 - fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (at each
   evaluation: per epoch, or every --eval-every steps), for bertkit's loop and transformers' Trainer;
 - ablations: one PNG per table (`plot_ablation_table`), our medians beside the paper's figures.
+
+Accuracy and dev-metric axes fit the data (`_fit_y`), not a fixed 0-1: a rise from 2% to 16% fills
+the plot instead of hugging its floor, and a lone evaluation is a marked dot in a range around it.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from bertkit.io import atomic_path
@@ -36,6 +40,29 @@ def _series(records: list[dict], kind: str, key: str) -> tuple[list[int], list[f
     return [r["step"] for r in rows], [r[key] for r in rows]
 
 
+def _line(ax, x, y, **style) -> None:
+    """`ax.plot`, with a marker when there is one point (a line of one point draws nothing)."""
+    if len(x) == 1:
+        style = {**style, "marker": style.get("marker") or "o", "markersize": max(style.get("markersize", 0), 6)}
+    ax.plot(x, y, **style)
+
+
+def _fit(ax, values: list[float]) -> None:
+    """Y limits from the data: its range plus 8% each side (5% of the value, at least 0.01, around a
+    single value), never below 0 for a metric that is never negative; one step on x gets a unit
+    range around it instead of matplotlib's +-4%."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    pad = 0.08 * (hi - lo) if hi > lo else max(0.05 * abs(hi), 0.01)
+    ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+    xs = {x for line in ax.lines for x in line.get_xdata()}
+    if len(xs) == 1:
+        x = xs.pop()
+        ax.set_xlim(x - 1, x + 1)
+
+
 def write_plots(records: list[dict], run_dir: str | Path) -> None:
     """Draw a pretraining run's loss.png and accuracy.png from its train/val metric records."""
     plt = pyplot()
@@ -44,19 +71,22 @@ def write_plots(records: list[dict], run_dir: str | Path) -> None:
     for kind, key, label in (("train", "loss", "train loss"), ("val", "loss", "val loss")):
         x, y = _series(records, kind, key)
         if x:
-            ax.plot(x, y, label=label, marker="o" if kind == "val" else None, markersize=3)
+            _line(ax, x, y, label=label, marker="o" if kind == "val" else None, markersize=3)
     ax.set(xlabel="step", ylabel="loss", title="Pretraining loss")
     ax.grid(alpha=0.3)
     ax.legend()
     save_figure(fig, run_dir / "loss.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    shown = []
     for key, label in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy"),
                        ("next_token_accuracy", "val next-token accuracy")):
         x, y = _series(records, "val", key)
         if x:
-            ax.plot(x, y, label=label, marker="o", markersize=3)
-    ax.set(xlabel="step", ylabel="accuracy", title="Validation accuracy", ylim=(0, 1))
+            _line(ax, x, y, label=label, marker="o", markersize=3)
+            shown += y
+    ax.set(xlabel="step", ylabel="accuracy", title="Validation accuracy")
+    _fit(ax, shown)
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend()
@@ -70,16 +100,20 @@ def plot_finetuning(runs: list[dict], metric: str, out: str | Path, title: str =
     out = Path(out)
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
-        ax.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], label=f"seed {r['seed']}", linewidth=0.8)
+        _line(ax, list(range(1, len(r["train_loss"]) + 1)), r["train_loss"], label=f"seed {r['seed']}", linewidth=0.8)
     ax.set(xlabel="step", ylabel="training loss", title=f"{title} loss")
+    _fit(ax, [v for r in runs for v in r["train_loss"]])
     _finish(ax)
     save_figure(fig, out / "train_loss.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    shown = []
     for r in runs:
         points = [(e["epoch"], e[metric]) for e in r.get("evals") or r["epochs"] if metric in e]
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"seed {r['seed']}")
+        shown += [p[1] for p in points]
     ax.set(xlabel="epoch", ylabel=f"dev {metric}", title=f"{title}: dev {metric} at each evaluation")
+    _fit(ax, shown)
     _finish(ax)
     save_figure(fig, out / f"dev_{metric}.png")
 

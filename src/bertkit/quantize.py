@@ -50,5 +50,10 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
         torch.backends.quantized.engine = previous
 
 
+def maybe_int8(model: nn.Module, int8: bool) -> nn.Module:
+    """`model` as it is, or (`int8`) quantized in place: the one switch every `--int8` flag goes through."""
+    return quantize_int8(model, inplace=True) if int8 else model
+
+
 def is_quantized(model: nn.Module) -> bool:
     return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())

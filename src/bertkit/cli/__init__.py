@@ -8,6 +8,10 @@ the file system (outputs refused unless `--overwrite`, flags that only apply tog
 disk), becomes one line on stderr and exit status 2; anything else is a bug and keeps its
 traceback. A command stopped by SIGTERM or SIGINT exits with 128 + the signal's number, except
 `serve`, for which SIGTERM is the normal way to stop (it drains, then exits 0).
+
+Every command that runs a model takes `--threads N`; without it (and without OMP_NUM_THREADS),
+`bertkit.threads` picks the count from the machine's load once the flags are checked, and the
+command's first line on stderr says what it picked.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-from bertkit.cli.args import Parser
+from bertkit.cli.args import Parser, positive_int
 from bertkit.errors import UserError
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("bertkit.cli.demo", "end to end on BBC News: vocabulary, pretraining, fine-tuning, contextual vectors"),
+    "demo": ("bertkit.cli.demo", "end to end on BBC News: vocabulary, pretraining, word senses, frozen-feature probes"),
     "tokenizer": ("bertkit.cli.tokenizer", "train a WordPiece vocabulary (`bertkit tokenizer train`)"),
     "tokenize": ("bertkit.cli.tokenize", "print the tokens and ids of a text (or a pair)"),
     "embed": ("bertkit.cli.embed", "sentence vectors for each line of a file, to .npy"),
@@ -41,17 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
     "ablate": ("bertkit.cli.ablate", "the paper's ablations (Tables 5-8), resumable, reported beside its figures"),
 }
-
-
-def int_list(text: str, flag: str) -> tuple[int, ...]:
-    """A comma-separated list of integers from a flag such as --layers -4,-3,-2,-1 or --seeds 1,2,3."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"{flag} takes comma-separated integers such as 1,2,3, not {text!r}") from None
-    if not values:
-        raise UserError(f"{flag} names no value")
-    return values
+# commands that run no model: no --threads, no thread choice
+NO_MODEL = frozenset({"tokenize", "tokenizer", "score", "data", "info", "prepare"})
 
 
 def note_cut(command: str, cut: int, total: int, limit: int) -> None:
@@ -82,22 +77,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertkit: error: unknown command {name!r}; `bertkit --help` lists the commands", file=sys.stderr)
         return 2
     module_name, text = COMMANDS[name]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name != module_name:
-            raise
-        print(f"bertkit {name}: not yet available in this version", file=sys.stderr)
-        return 2
+    module = importlib.import_module(module_name)
     parser = Parser(prog=f"bertkit {name}", description=text)
     module.add_arguments(parser)
+    if name not in NO_MODEL:
+        parser.add_argument("--threads", type=positive_int, default=None,
+                            help="CPU threads for PyTorch (default: OMP_NUM_THREADS if set, else the cores the "
+                                 "machine's load average leaves free)")
     try:
         args = parser.parse_args(argv[1:])
     except SystemExit as e:  # --help, or a flag that failed its check (one line already printed)
         return int(e.code or 0)
+    return _run(name, module, args)
+
+
+def _run(name: str, module, args) -> int:
+    """Check the flags together, choose the threads, run: a user's mistake is one line and exit 2."""
     try:
         if hasattr(module, "check"):
             module.check(args)
+        if name not in NO_MODEL:
+            _threads(name, args)
         return int(module.run(args) or 0)
     except UserError as e:
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
@@ -110,6 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"bertkit {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def _threads(name: str, args) -> None:
+    """Apply `bertkit.threads.choose_threads`; `args.threads` becomes the count. The choice is
+    reported when it was made here (a count the user fixed is not repeated back)."""
+    from bertkit.threads import apply_threads, choose_threads
+
+    threads = choose_threads(args.threads)
+    apply_threads(threads)
+    args.threads = threads.count
+    if threads.chosen:
+        print(f"bertkit {name}: {threads.line()}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

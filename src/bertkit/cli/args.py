@@ -218,12 +218,17 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+_NEGATIVE_NUMBERS = re.compile(r"^-\d+(,-?\d+)*$|^-\d*\.\d+$")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block) and every default shown in --help."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
+        # "--layers -4,-3,-2,-1": a list of negative numbers is a value, not an unknown flag.
+        self._negative_number_matcher = _NEGATIVE_NUMBERS
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")

@@ -24,8 +24,6 @@ def add_arguments(parser) -> None:
     add_overwrite(parser, "--json file")
     parser.add_argument("--compile", action="store_true", help="torch.compile bertkit's model")
     parser.add_argument("--int8", action="store_true", help="quantize bertkit to int8 in the CPU inference cases")
-    parser.add_argument("--threads", type=positive_int, default=None,
-                        help="torch CPU threads (default: torch's choice)")
 
 
 def check(args) -> None:
@@ -34,8 +32,6 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    import torch
-
     from bertkit.benchmark import CASES, Options, markdown_table, run_benchmarks, selected
     from bertkit.benchmark.spec import transformers_module
     from bertkit.devices import resolve_device
@@ -45,8 +41,6 @@ def run(args) -> int:
             print(f"{spec.name:<26} {spec.kind:<9} {'/'.join(spec.devices)}")
         return 0
     device = resolve_device(args.device, allowed=("cpu", "cuda"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
     specs = selected(args.cases, device)
     transformers_module()  # fail early, with the install hint, before any work
     opts = Options(device=device, compile=args.compile, int8=args.int8)

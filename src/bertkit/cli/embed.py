@@ -2,7 +2,9 @@
 
 Row i of the array is line i of the input. Blank lines are refused (with their file:line)
 rather than skipped, so row numbers and line numbers can never drift apart. Lines longer than
---max-length tokens are cut, and one note on stderr says how many were.
+--max-length tokens are cut, and one note on stderr says how many were. Without --pooling, the
+directory's sentence-transformers files choose the pooling and the normalisation (as `serve`
+reads them); a directory without them needs --pooling.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ def add_arguments(parser) -> None:
     a = parser.add_argument
     a("--model", required=True, type=model_dir, help="model directory (config.json, weights, vocab.txt); any head")
     a("--input", required=True, type=existing_file, help="text file (.txt/.gz/.xz), one sentence per line")
-    a("--pooling", required=True, choices=("cls", "mean", "max"),
-      help="[CLS] vector, or mean / max over the real tokens")
+    a("--pooling", choices=("cls", "mean", "max"),
+      help="[CLS] vector, or mean / max over the real tokens (default: the pooling the directory's "
+           "1_Pooling/config.json declares, normalised when its modules.json ends in Normalize)")
     a("--layers", type=comma_ints(), default="-1",
       help="hidden layers to use, comma-separated; 0 is the embeddings, -1 the last")
     a("--combine", default="concat", choices=("concat", "sum", "mean"), help="how to join several layers")
-    a("--normalize", action="store_true", help="scale every vector to unit length")
+    a("--normalize", action="store_true",
+      help="scale every vector to unit length (without --pooling: also when the directory's modules end in Normalize)")
     a("--batch-size", type=positive_int, default=32, help="texts per forward pass")
     a("--max-length", type=int_between(3, 65535), default=512,
       help="longest text in tokens (at most the model's positions); longer is cut")
@@ -51,6 +55,14 @@ def check(args) -> None:
 
     check_output_file(args.out, "--out", args.overwrite)
     check_backend(args.model, args.backend)
+    if args.pooling is None:
+        from bertkit.st import declared_pooling, model_normalizes
+
+        args.pooling = declared_pooling(args.model)
+        if args.pooling is None:
+            raise UserError("--pooling is required: the model directory declares none "
+                            "(no sentence-transformers 1_Pooling/config.json)", args.model)
+        args.normalize = args.normalize or model_normalizes(args.model)
     if args.backend == "onnx" and tuple(args.layers) != (-1,):
         raise UserError("--backend onnx gives the last layer only: drop --layers or use --backend torch")
     if args.backend == "onnx" and args.device not in ("auto", "cpu"):

@@ -43,7 +43,8 @@ def add_arguments(parser) -> None:
 
     a = parser.add_argument
     a("--model", required=True, type=model_dir, help="pretrained model directory (HF format + vocab.txt)")
-    a("--task", required=True, choices=TASKS, help="GLUE task, classify/regress, squad, ner, embedding (a bi-encoder) or rerank (a cross-encoder)")
+    a("--task", required=True, choices=TASKS,
+      help="GLUE task, classify/regress, squad, ner, embedding (a bi-encoder) or rerank (a cross-encoder)")
     a("--train", required=True, type=existing_file, help="training file (official layout for GLUE/SQuAD/CoNLL)")
     a("--dev", type=existing_file, help="dev file to evaluate after each epoch (optional for squad --split-articles)")
     a("--out", required=True, help="output folder: model/, results.json, predictions, plots")
@@ -85,18 +86,17 @@ def add_arguments(parser) -> None:
     _add_pair_arguments(parser)
 
 
-EMBEDDING_FLAGS = ("pooling", "normalize", "temperature", "symmetric", "grad_cache", "matryoshka_dims")
-TASK_LOSSES = {"embedding": ("contrastive", "cosent"), "rerank": ("bce", "listwise")}
-
-
 def _add_pair_arguments(parser) -> None:
-    """The flags of --task embedding (a bi-encoder) and --task rerank (a cross-encoder)."""
+    """The flags of --task embedding (a bi-encoder) and --task rerank (a cross-encoder); which task
+    takes which is its `TaskKind.options` (and `losses`) in finetune.registry."""
+    from bertkit.finetune.registry import TASKS
+
     a = parser.add_argument
     a("--pooling", choices=("cls", "mean", "max"), default=None,
       help="embedding: the sentence vector, [CLS] or the mean / max over the real tokens (default mean)")
     a("--normalize", action="store_true",
       help="embedding: the saved model gives unit vectors (a sentence-transformers Normalize module)")
-    a("--loss", choices=("contrastive", "cosent", "bce", "listwise"), default=None,
+    a("--loss", choices=tuple(dict.fromkeys(loss for kind in TASKS.values() for loss in kind.losses)), default=None,
       help="embedding: contrastive (in-batch negatives) or cosent (default: cosent when every training row "
            "has a score, else contrastive); rerank: bce or listwise softmax (default bce)")
     a("--temperature", type=positive_float, default=None,
@@ -115,14 +115,16 @@ def _add_pair_arguments(parser) -> None:
 
 def check(args) -> None:
     """What needs several flags or the file system; every single flag was checked when parsed."""
-    if args.feature_based and args.task != "ner":
-        raise UserError("--feature-based applies to --task ner only")
+    from bertkit.finetune.registry import TASKS
+
+    if args.feature_based and TASKS[args.task].feature_based is None:
+        raise UserError(f"--feature-based applies to --task {_tasks_with(lambda kind: kind.feature_based)} only")
     if args.layers != DEFAULT_LAYERS and not args.feature_based:
         raise UserError("--layers applies to --feature-based only")
     if args.classifier_dropout is not None and (args.task in ("squad", "embedding") or args.feature_based):
         raise UserError("--classifier-dropout applies to the classification and tagging heads "
                         "(not squad's span head, embedding or --feature-based)")
-    _check_pair_flags(args)
+    _check_task_options(args)
     if args.split_articles is not None and args.task != "squad":
         raise UserError("--split-articles applies to --task squad only")
     if args.dev is None and args.split_articles is None:
@@ -130,25 +132,29 @@ def check(args) -> None:
     check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "fine-tuning result")
 
 
-def _check_pair_flags(args) -> None:
-    given = [f for f in EMBEDDING_FLAGS if getattr(args, f) not in (None, False)]
-    if given and args.task != "embedding":
-        raise UserError(f"--{given[0].replace('_', '-')} applies to --task embedding only")
-    if args.loss is not None and args.loss not in TASK_LOSSES.get(args.task, ()):
-        where = next((t for t, losses in TASK_LOSSES.items() if args.loss in losses), None)
-        raise UserError(f"--loss {args.loss} applies to --task {where} only")
+def _check_task_options(args) -> None:
+    """A task's own flags (its `TaskKind.options`) with that task only; --loss among its losses."""
+    from bertkit.finetune.registry import TASKS
+
+    kind = TASKS[args.task]
+    if args.pos_weight is not None and ("pos_weight" not in kind.options or args.loss == "listwise"):
+        raise UserError(f"--pos-weight applies to --task {_tasks_with(lambda k: 'pos_weight' in k.options)} "
+                        "with --loss bce only")
+    for name in dict.fromkeys(o for k in TASKS.values() for o in k.options if o != "loss"):
+        if getattr(args, name) not in (None, False) and name not in kind.options:
+            owners = _tasks_with(lambda k, name=name: name in k.options)
+            raise UserError(f"--{name.replace('_', '-')} applies to --task {owners} only")
+    if args.loss is not None and args.loss not in kind.losses:
+        raise UserError(f"--loss {args.loss} applies to --task {_tasks_with(lambda k: args.loss in k.losses)} only")
     if args.symmetric and args.loss == "cosent":
         raise UserError("--symmetric applies to the contrastive loss, not cosent")
-    if args.pos_weight is not None and (args.task != "rerank" or args.loss == "listwise"):
-        raise UserError("--pos-weight applies to --task rerank with --loss bce only")
 
 
-def _pair_options(args) -> dict:
-    if args.task == "embedding":
-        return {f: getattr(args, f) for f in EMBEDDING_FLAGS} | {"loss": args.loss}
-    if args.task == "rerank":
-        return {"loss": args.loss, "pos_weight": args.pos_weight}
-    return {}
+def _tasks_with(has) -> str:
+    """The task names whose `TaskKind` has something, for a message: "rerank", "a or b"."""
+    from bertkit.finetune.registry import TASKS
+
+    return " or ".join(dict.fromkeys(name for name, kind in TASKS.items() if has(kind)))
 
 
 def job_from_args(args):
@@ -160,13 +166,15 @@ def job_from_args(args):
     hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, args.max_grad_norm,
                seeds=args.seeds, group_by_length=args.group_by_length,
                classifier_dropout=args.classifier_dropout, eval_every=args.eval_every, adam_eps=args.adam_eps)
+    from bertkit.finetune.registry import TASKS
+
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
     return FinetuneJob(
         model=args.model, task=args.task, train=args.train, out=args.out, dev=args.dev, hyper=hp,
         max_seq_len=args.max_seq_len, text_columns=columns, label_column=args.label_column,
         feature_based=args.feature_based, layers=args.layers if args.feature_based else None,
-        split_articles=args.split_articles, max_train_examples=args.max_train_examples, options=_pair_options(args),
-        device=args.device,
+        split_articles=args.split_articles, max_train_examples=args.max_train_examples,
+        options={name: getattr(args, name) for name in TASKS[args.task].options}, device=args.device,
         precision=args.precision, eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
 
 

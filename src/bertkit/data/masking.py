@@ -49,14 +49,16 @@ class MaskingConfig:
 
     @classmethod
     def from_rule(cls, rule: str = "80/10/10", rate: float = 0.15, whole_word: bool = False) -> "MaskingConfig":
-        """A rule as the paper's Table 8 writes it: percent [MASK] / random / kept, e.g. "80/10/10"."""
-        parts = rule.split("/")
+        """A rule as the paper's Table 8 writes it: percent [MASK] / random / kept, e.g. "80/10/10".
+        The one parser of a rule (`bertkit pretrain --mask-rule` and TrainConfig call it)."""
         try:
-            mask, random_, keep = (float(p) for p in parts)
+            parts = [float(p) for p in rule.split("/")]
         except ValueError:
-            raise ValueError(f"a masking rule is three percentages MASK/RANDOM/KEEP such as 80/10/10, not {rule!r}") from None
-        if min(mask, random_, keep) < 0 or abs(mask + random_ + keep - 100) > 1e-6:
-            raise ValueError(f"masking rule {rule!r}: the three percentages must be >= 0 and sum to 100")
+            parts = []
+        if len(parts) != 3 or not all(p >= 0 for p in parts) or not abs(sum(parts) - 100) <= 1e-6:  # NaN fails
+            raise ValueError(f"expected three percentages MASK/RANDOM/KEEP summing to 100 such as 80/10/10, "
+                             f"not {rule!r}")
+        mask, random_, _ = parts
         return cls(rate=rate, mask_prob=mask / 100, random_prob=random_ / 100, whole_word=whole_word)
 
     @property

@@ -7,13 +7,12 @@ disk shortens pretraining instead of the demo overrunning.
 
 Threads: on a machine another job shares, PyTorch's default (one thread per core) made each
 pretraining step about 3x slower, since every OpenMP barrier waits for the thread whose core is
-taken; one thread kept most of its speed. `choose_threads` takes the cores no other process is
-using (from the load average), at most two.
+taken; one thread kept most of its speed. The count is `bertkit.threads.choose_threads`'s, as for
+every command: the cores no other process is using (from the load average).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 # One-thread costs that size the stages after pretraining (seconds), measured on the quiet 2-core
@@ -64,10 +63,8 @@ class DemoPlan:
 
 
 def choose_threads(requested: int | None = None) -> int:
-    """`requested` if given, else the cores that no other process keeps busy, between 1 and 2."""
-    if requested:
-        return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    free = int(cores - busy + 0.5)
-    return max(1, min(2, free))
+    """`requested` if given, else `bertkit.threads.choose_threads`'s count (OMP_NUM_THREADS, or
+    the cores that no other process keeps busy)."""
+    from bertkit.threads import choose_threads as choose
+
+    return choose(requested).count

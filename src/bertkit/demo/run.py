@@ -135,7 +135,7 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         summary = {
             "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2)},
             "articles": {"train": len(train), "held_out": len(test)},
-            "pretraining": {"preset": plan.preset, "parameters": _parameters(encoders[PRETRAINED][0]),
+            "pretraining": {"preset": plan.preset, "parameters": _parameters(model_dir),
                             "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")},
             "fill_mask": fills,
             "senses": senses,
@@ -150,8 +150,12 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     return summary
 
 
-def _parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())
+def _parameters(model_dir: Path) -> int:
+    """The saved model's parameters counted as `bertkit info` counts them (`hf.parameter_count`):
+    the tensors in the directory, MLM head included, no pooler (pretraining saved none)."""
+    from bertkit.hf import parameter_count, weight_shapes
+
+    return parameter_count(weight_shapes(model_dir))
 
 
 def _senses(run: Path, encoders: dict, texts: list[str], threads: int, seed: int) -> dict:

@@ -64,7 +64,7 @@ def _teacher_task(job: DistillJob, rt: Runtime):
             raise UserError(f"an embedding student must be as wide as its teacher ({plan.config.hidden_size} vs "
                             f"{load_config(teacher_dir).hidden_size}): its vectors are compared with the teacher's")
         from bertkit.model import BertModel
-        from bertkit.search.encoder import model_normalizes
+        from bertkit.st import model_normalizes
 
         teacher = BertModel.from_pretrained(teacher_dir)
         task = EmbeddingDistill(teacher, tokenizer, job.weights, rt, cosine, job.pooling, job.max_seq_len or 128,
@@ -142,7 +142,7 @@ def _check_tokenizers(job: DistillJob, tokenizer) -> None:
 def _examples(task, job: DistillJob) -> tuple[list, list]:
     train = task.read(job.train if job.task == "embedding" else job.train[0])
     dev_path = job.dev or job.train[0]  # mlm: the prepared folder's val split
-    dev = task.read_dev(dev_path) if hasattr(task, "read_dev") else task.read(dev_path)
+    dev = task.read_dev(dev_path)
     if job.max_train_examples is not None and job.max_train_examples < len(train):
         train = random.Random(0).sample(train, job.max_train_examples)
     return train, dev

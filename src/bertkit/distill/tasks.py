@@ -1,15 +1,16 @@
 """Distillation as fine-tuning tasks: the fine-tuning loop trains the student unchanged.
 
-The loop (`bertkit.finetune.loop`) knows a task only through its `loss`; a distillation task is
-a task whose loss also runs the frozen teacher on the same batch and adds the terms of
+The loop (`bertkit.finetune.loop`) trains through a task's `loss`; a distillation task is a task
+whose loss also runs the frozen teacher on the same batch and adds the terms of
 `bertkit.distill.losses`. Two kinds:
 
 - `HeadDistill` wraps any fine-tuning task whose model is one of bertkit's heads (a sequence
   classifier or regressor from `finetune.registry`, the MLM task in `distill.mlm`): reading,
   encoding, predicting, scoring and saving are the wrapped task's, so the student is saved,
   evaluated and reloaded exactly like a fine-tuned model. Its dev scores gain `teacher_agreement`,
-  the share of dev predictions equal to the teacher's (how much of the gap is left);
-- `EmbeddingDistill` trains a bare encoder whose mean-pooled sentence vectors match the
+  the share of dev predictions equal to the teacher's, or for regression their correlation
+  (`HeadTask.agreement`: how much of the gap is left);
+- `EmbeddingDistill` trains a bare encoder whose pooled sentence vectors (`--pooling`) match the
   teacher's (MSE), scored on sentence pairs (STS-B) as `bertkit evaluate --zero-shot` does.
 """
 
@@ -26,7 +27,7 @@ from bertkit.distill.losses import (
     soft_target_kl,
     vector_mse,
 )
-from bertkit.finetune.task import Batch, Prepared, Runtime
+from bertkit.finetune.task import Batch, HeadTask, Prepared, Runtime, TaskBase, agreement
 
 
 class HeadDistill:
@@ -34,12 +35,12 @@ class HeadDistill:
 
     Every attribute but `loss`, `score` and `settings` is the inner task's."""
 
-    def __init__(self, inner, teacher: nn.Module, weights: DistillWeights, rt: Runtime, cosine: bool):
+    def __init__(self, inner: HeadTask, teacher: nn.Module, weights: DistillWeights, rt: Runtime, cosine: bool):
         self.inner = inner
         self.teacher = teacher.to(rt.device).eval().requires_grad_(False)
         self.weights = weights
         self.cosine = cosine and weights.cosine > 0  # only for a student as wide as the teacher
-        self.regression = getattr(inner, "regression", False)
+        self.regression = inner.regression
         self.reference: tuple[Prepared, list] | None = None  # (dev data, the teacher's predictions)
 
     def __getattr__(self, name: str):
@@ -71,30 +72,19 @@ class HeadDistill:
     def _teacher_targets(self, batch: Batch) -> dict:
         """MLM heads take the labels to pick their output rows (so both give logits at the same
         positions); a classifier's teacher needs none."""
-        return {"labels": batch.targets["labels"]} if getattr(self.inner, "sparse_outputs", False) else {}
+        return {"labels": batch.targets["labels"]} if self.inner.sparse_outputs else {}
 
     def score(self, data: Prepared, predictions) -> dict:
         metrics = self.inner.score(data, predictions)
         if self.reference is not None and self.reference[0] is data:
-            agreement = getattr(self.inner, "agreement", None)
-            metrics["teacher_agreement"] = (agreement(predictions, self.reference[1]) if agreement is not None
-                                            else _agreement(predictions, self.reference[1], self.regression))
+            metrics["teacher_agreement"] = self.inner.agreement(predictions, self.reference[1])
         return metrics
 
     def settings(self) -> dict:
         return self.inner.settings()
 
 
-def _agreement(predictions: list, teacher: list, regression: bool) -> float:
-    """x100: the share of equal labels, or for regression the Pearson correlation with the teacher."""
-    if regression:
-        import numpy as np
-
-        return float(np.corrcoef(predictions, teacher)[0, 1] * 100)
-    return 100.0 * sum(p == t for p, t in zip(predictions, teacher)) / max(len(teacher), 1)
-
-
-class EmbeddingDistill:
+class EmbeddingDistill(TaskBase):
     """A bare encoder trained so its pooled sentence vectors match the teacher's.
 
     Training examples are sentences (one string each); dev examples are scored sentence pairs,
@@ -103,7 +93,6 @@ class EmbeddingDistill:
 
     name = "embedding"
     main_metric = "spearman"
-    labels = None
     prediction_suffix = ".tsv"
 
     def __init__(self, teacher: nn.Module, tokenizer, weights: DistillWeights, rt: Runtime, cosine: bool,
@@ -155,7 +144,7 @@ class EmbeddingDistill:
     def save_model(self, model: nn.Module, out: Path, tokenizer) -> None:
         """An HF directory plus sentence-transformers' files (the student's pooling, the teacher's
         normalisation), so `SentenceTransformer(out)` gives the vectors `bertkit embed` gives."""
-        from bertkit.search.encoder import write_sentence_transformers_files
+        from bertkit.st import write_sentence_transformers_files
 
         model.save_pretrained(out, tokenizer)
         write_sentence_transformers_files(out, self.pooling, self.max_seq_len, model.config.hidden_size, self.normalize)
@@ -197,7 +186,7 @@ class EmbeddingDistill:
 
         metrics = task_metrics(self.spec, predictions, [float(e.label) for e in data.examples])
         if self.reference is not None and self.reference[0] is data:
-            metrics["teacher_agreement"] = _agreement(predictions, self.reference[1], True)
+            metrics["teacher_agreement"] = agreement(predictions, self.reference[1], regression=True)
         return metrics
 
     def write_predictions(self, path: Path, data: Prepared, predictions: list[float]) -> None:

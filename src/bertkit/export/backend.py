@@ -118,12 +118,10 @@ def load_encoder_for(folder: str | os.PathLike, backend: str = "torch", int8: bo
     check_backend(folder, backend)
     if backend == "onnx":
         return OnnxModel.load(folder, int8), Tokenizer.from_pretrained(folder)
-    model, tokenizer = load_encoder(folder)
-    if int8:
-        from bertkit.quantize import quantize_int8
+    from bertkit.quantize import maybe_int8
 
-        model = quantize_int8(model, inplace=True)
-    return model, tokenizer
+    model, tokenizer = load_encoder(folder)
+    return maybe_int8(model, int8), tokenizer
 
 
 def load_onnx_head(folder: str | os.PathLike, head: type, labels: list[str] | None, int8: bool = False) -> OnnxModel:
@@ -132,7 +130,7 @@ def load_onnx_head(folder: str | os.PathLike, head: type, labels: list[str] | No
     model = OnnxModel.load(folder, int8)
     if model.kind != head.__name__:
         raise UserError(f"the exported graph is a {model.kind}, not a {head.__name__}", folder)
-    saved = [model.config.id2label[i] for i in sorted(model.config.id2label or {})]
-    if labels and saved != list(labels):
-        raise UserError(f"model's labels ({', '.join(saved)}) are not this task's ({', '.join(labels)})", folder)
+    from bertkit.finetune.task import check_labels
+
+    check_labels(model.config, labels, folder)
     return model

@@ -11,7 +11,9 @@ graph, so a head's folder serves its head's operations and an embedding folder `
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from bertkit.embed import pool
 from bertkit.errors import UserError
 from bertkit.export.backend import OnnxModel
 
@@ -37,12 +39,8 @@ class OnnxServeBackend:
         out = self.model.run(batch.input_ids, batch.attention_mask, batch.token_type_ids)
         lengths = batch.lengths
         if op == "embed":
-            hidden, mask = out["token_embeddings"], batch.attention_mask.astype(np.float32)[:, :, None]
-            if self.spec.pooling == "cls":
-                return list(hidden[:, 0])
-            if self.spec.pooling == "max":
-                return list(np.where(mask > 0, hidden, np.finfo(np.float32).min).max(axis=1))
-            return list((hidden * mask).sum(1) / np.maximum(mask.sum(1), 1.0))
+            hidden, mask = (torch.from_numpy(a) for a in (out["token_embeddings"], batch.attention_mask))
+            return list(pool(hidden, mask, self.spec.pooling).numpy())  # (B, T, C) -> (B, C)
         if op == "classify":
             return list(out["logits"])
         if op == "tokens":

@@ -25,7 +25,7 @@ import torch
 from bertkit.errors import UserError
 from bertkit.export import META_FILE
 from bertkit.export.graph import INPUTS, build_graph, graph_kind
-from bertkit.search.encoder import model_normalizes
+from bertkit.st import model_normalizes
 
 ONNX_FILE, INT8_FILE = "model.onnx", "model_int8.onnx"
 OPSET = 17
@@ -124,7 +124,7 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, *, int8: b
     from bertkit import __version__
     from bertkit.hf import load_config
     from bertkit.io import atomic_dir, write_json
-    from bertkit.search.encoder import model_pooling
+    from bertkit.st import model_pooling
 
     model_dir, out = Path(model_dir), Path(out)
     config = load_config(model_dir)

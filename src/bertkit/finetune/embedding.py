@@ -25,9 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import UserError
-from bertkit.finetune.task import Batch, Prepared, Runtime
+from bertkit.finetune.task import Batch, Prepared, Runtime, TaskBase
 
-LOSSES = ("contrastive", "cosent")
 DEFAULT_TEMPERATURE = 0.05  # scale 20, sentence-transformers' default for both losses
 
 
@@ -50,20 +49,25 @@ def no_duplicate_batches(texts: list[tuple], batch_size: int, g: torch.Generator
     return batches
 
 
-class EmbeddingTask:
+class EmbeddingTask(TaskBase):
     name = "embedding"
-    labels = None
     prediction_suffix = ".tsv"
-    classifier_dropout = None
 
     def __init__(self, tokenizer, max_seq_len: int, pooling: str = "mean", loss: str | None = None,
                  temperature: float | None = None, symmetric: bool = False, grad_cache: int | None = None,
-                 matryoshka_dims: tuple[int, ...] | list[int] = (), normalize: bool = False, **_):
+                 matryoshka_dims: tuple[int, ...] | list[int] = (), normalize: bool = False):
         self.tokenizer, self.max_seq_len, self.pooling, self.loss_name = tokenizer, max_seq_len, pooling, loss
         self.temperature = temperature or DEFAULT_TEMPERATURE
         self.symmetric, self.grad_cache, self.normalize = symmetric, grad_cache, normalize
         self.matryoshka_dims = tuple(matryoshka_dims or ())
         self.main_metric = "ndcg@10"
+
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> EmbeddingTask:
+        """Its own settings (`TaskKind.options`); one not given (None) takes the default above."""
+        return cls(tokenizer, settings.get("max_seq_len") or 128, settings.get("pooling") or "mean",
+                   settings.get("loss"), settings.get("temperature"), bool(settings.get("symmetric")),
+                   settings.get("grad_cache"), settings.get("matryoshka_dims") or (), bool(settings.get("normalize")))
 
     def read(self, path) -> list:
         from bertkit.data.pairs import read_pair_rows
@@ -94,6 +98,7 @@ class EmbeddingTask:
                         decoding=texts, cut=sum(e.truncated for e in encs))
 
     def batches(self, data: Prepared, batch_size: int, g: torch.Generator) -> list[list[int]]:
+        """Contrastive batches never hold a text twice (`no_duplicate_batches`); CoSENT's are random."""
         if self.loss_name == "cosent":
             order = torch.randperm(len(data.features), generator=g).tolist()
             return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -133,7 +138,7 @@ class EmbeddingTask:
     load_model = new_model
 
     def save_model(self, model: nn.Module, out: Path, tokenizer) -> None:
-        from bertkit.search.encoder import write_sentence_transformers_files
+        from bertkit.st import write_sentence_transformers_files
 
         model.save_pretrained(out, tokenizer)
         write_sentence_transformers_files(out, self.pooling, self.max_seq_len, model.config.hidden_size, self.normalize)

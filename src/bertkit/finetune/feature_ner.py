@@ -2,10 +2,11 @@
 
 The paper feeds the concatenation of the last four hidden layers at each word's first
 WordPiece (Table 7 also tries single layers and sums of layers: `combine`) into a randomly
-initialised two-layer BiLSTM (768 units per direction for BERT-base) before the classification layer, and reaches 96.1 dev F1 against 96.4 for fine-tuning. Here the
-encoder runs once over every sentence; the word features are kept (in bf16 to halve the memory)
-and only the tagger (`bertkit.heads.BiLSTMTagger`) trains. Its LSTM width follows the encoder's
-hidden size, as the paper's 768 did for BERT-base.
+initialised two-layer BiLSTM (768 units per direction for BERT-base) before the classification
+layer, and reaches 96.1 dev F1 against 96.4 for fine-tuning. Here the encoder runs once over
+every sentence; the word features are kept (in bf16 to halve the memory) and only the tagger
+(`bertkit.heads.BiLSTMTagger`) trains. Its LSTM width follows the encoder's hidden size, as the
+paper's 768 did for BERT-base.
 
 Saved model folder: the frozen encoder as an HF `BertModel` (config.json, model.safetensors,
 vocabulary), plus `tagger.safetensors` and `tagger.json` (labels, layers, sizes).
@@ -29,11 +30,16 @@ TAGGER_WEIGHTS = "tagger.safetensors"
 TAGGER_CONFIG = "tagger.json"
 
 
+DEFAULT_LAYERS = (-4, -3, -2, -1)  # the paper's best: the last four layers, concatenated
+
+
 class FeatureTaggerTask(TokenTask):
     """NER with the encoder frozen: word features computed once, then a BiLSTM tagger trained."""
 
+    head = None  # its model is a `BiLSTMTagger` on the features, not a BertFor... head
+
     def __init__(self, labels: list[str] | None, tokenizer, max_seq_len: int, encoder_dir: Path,
-                 rt: Runtime, layers: tuple[int, ...] = (-4, -3, -2, -1), combine: str = "concat"):
+                 rt: Runtime, layers: tuple[int, ...] = DEFAULT_LAYERS, combine: str = "concat"):
         from bertkit.embed import COMBINES
 
         super().__init__(labels, tokenizer, max_seq_len)
@@ -45,6 +51,20 @@ class FeatureTaggerTask(TokenTask):
             p.requires_grad_(False)
         C = self.encoder.config.hidden_size
         self.in_dim, self.hidden = C * len(self.layers) if combine == "concat" else C, C
+
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None,
+                      rt: Runtime | None = None) -> FeatureTaggerTask:
+        """The encoder in `model_dir` (run on `rt` while preparing) with `layers` combined by `combine`."""
+        return cls(settings.get("labels"), tokenizer, settings.get("max_seq_len") or 128, model_dir, rt,
+                   tuple(settings.get("layers") or DEFAULT_LAYERS), settings.get("combine") or "concat")
+
+    @classmethod
+    def model_settings(cls, model_dir: Path, config) -> dict:
+        """A trained tagger's labels, layers and combination, from its tagger.json."""
+        tagger = read_tagger_config(model_dir)
+        return {"labels": tagger["labels"], "layers": tuple(tagger["layers"]),
+                "combine": tagger.get("combine", "concat")}
 
     def settings(self) -> dict:
         return {**super().settings(), "feature_based": True, "layers": list(self.layers),

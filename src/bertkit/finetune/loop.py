@@ -1,4 +1,4 @@
-"""The fine-tuning loop: one explicit loop for every task (GLUE, your own tables, NER, SQuAD).
+"""The fine-tuning loop: one explicit loop for every task (GLUE, your own tables, NER, SQuAD, text pairs).
 
 The paper's recipe (§4 and Appendix A.3): start from the pretrained weights, add one output
 layer, train everything end to end for a few epochs with Adam (weight decay 0.01, none on biases
@@ -146,10 +146,8 @@ def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp:
 def _batches(task: Task, train: Prepared, hp: Hyper, g: torch.Generator) -> list[list[int]]:
     """One epoch's batches: the task's own when it has a rule (no repeated text in a contrastive
     batch), else `epoch_batches`."""
-    own = getattr(task, "batches", None)
-    if own is not None:
-        return own(train, hp.batch_size, g)
-    return epoch_batches(train.lengths, hp.batch_size, g, hp.group_by_length)
+    own = task.batches(train, hp.batch_size, g)
+    return own if own is not None else epoch_batches(train.lengths, hp.batch_size, g, hp.group_by_length)
 
 
 class _Curve:

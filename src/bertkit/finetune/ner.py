@@ -25,6 +25,13 @@ class TokenTask(HeadTask):
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
         self._set_labels(list(labels or ()))
 
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> TokenTask:
+        """The tags given (a fine-tuned model's), else the training set's (`fit_labels`)."""
+        task = cls(settings.get("labels"), tokenizer, settings.get("max_seq_len") or 128)
+        task.classifier_dropout = settings.get("classifier_dropout")
+        return task
+
     def _set_labels(self, labels: list[str]) -> None:
         self.labels = labels
         self.label2id = {name: i for i, name in enumerate(labels)}

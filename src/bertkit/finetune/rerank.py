@@ -22,7 +22,6 @@ from bertkit.errors import UserError
 from bertkit.finetune.task import Batch, HeadTask, Prepared, Runtime, infer
 from bertkit.heads import BertForSequenceClassification
 
-LOSSES = ("bce", "listwise")
 SIGMOID = "torch.nn.modules.activation.Sigmoid"  # CrossEncoder.predict's activation for one label
 
 
@@ -38,10 +37,17 @@ class RerankTask(HeadTask):
     prediction_suffix = ".tsv"
     targets = ("labels", "group")
 
-    def __init__(self, tokenizer, max_seq_len: int, loss: str | None = None, pos_weight: float | None = None, **_):
+    def __init__(self, tokenizer, max_seq_len: int, loss: str | None = None, pos_weight: float | None = None):
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
         self.loss_name = loss or "bce"
         self.pos_weight = pos_weight or 1.0
+
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> RerankTask:
+        """Its own settings (`TaskKind.options`): loss, pos_weight."""
+        task = cls(tokenizer, settings.get("max_seq_len") or 128, settings.get("loss"), settings.get("pos_weight"))
+        task.classifier_dropout = settings.get("classifier_dropout")
+        return task
 
     def read(self, path) -> list:
         from bertkit.data.pairs import read_pair_rows
@@ -110,7 +116,8 @@ class RerankTask(HeadTask):
     def write_predictions(self, path: Path, data: Prepared, predictions: list[list[float]]) -> None:
         from bertkit.io import write_text
 
-        lines = [f"{row}\t{j}\t{logit:.6f}\n" for row, logits in enumerate(predictions) for j, logit in enumerate(logits)]
+        lines = [f"{row}\t{j}\t{logit:.6f}\n"
+                 for row, logits in enumerate(predictions) for j, logit in enumerate(logits)]
         write_text(path, "index\tcandidate\tlogit\n" + "".join(lines))
 
     def save_model(self, model, out: Path, tokenizer) -> None:

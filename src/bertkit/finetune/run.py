@@ -22,7 +22,7 @@ from bertkit.finetune.task import Runtime, Task
 @dataclass
 class FinetuneJob:
     model: str  # pretrained model directory
-    task: str  # see bertkit.finetune.registry.TASKS
+    task: str  # a name in bertkit.finetune.registry.TASKS
     train: str
     out: str
     dev: str | None = None  # None: squad with split_articles evaluates on the held-out articles
@@ -35,7 +35,7 @@ class FinetuneJob:
     combine: str = "concat"  # feature_based: "concat" or "sum" (or "mean") the chosen layers
     split_articles: int | None = None  # squad: train on K articles of `train`
     max_train_examples: int | None = None  # a random subset of the training examples (seed 0)
-    options: dict = field(default_factory=dict)  # embedding / rerank: pooling, loss, temperature, ...
+    options: dict = field(default_factory=dict)  # the task's own settings (TaskKind.options): pooling, loss, ...
     device: str = "auto"
     precision: str = "fp32"
     eval_batch_size: int = 64
@@ -48,9 +48,9 @@ def _examples(task: Task, job: FinetuneJob) -> tuple[list, list]:
         from bertkit.data.squad import split_articles
 
         train, held_out = split_articles(train, job.split_articles, seed=0)
-        dev = task.read(job.dev) if job.dev else held_out
+        dev = task.read_dev(job.dev) if job.dev else held_out
     else:
-        dev = task.read(job.dev)
+        dev = task.read_dev(job.dev)
     if job.max_train_examples is not None and job.max_train_examples < len(train):
         train = random.Random(0).sample(train, job.max_train_examples)
     return train, dev
@@ -66,11 +66,8 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     config = load_config(model_dir)
     tokenizer = Tokenizer.from_pretrained(model_dir)
     rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
-    task = make_task(job.task, tokenizer, job.max_seq_len, job.text_columns, job.label_column,
-                     feature_based=job.feature_based, model_dir=model_dir, rt=rt, layers=job.layers,
-                     combine=job.combine, options=job.options)
+    task = make_task(job_settings(job), tokenizer, model_dir, rt)
     check_length(task, config, model_dir)
-    task.classifier_dropout = job.hyper.classifier_dropout
     t0 = time.time()
     train_examples, dev_examples = _examples(task, job)
     task.fit_labels(train_examples)
@@ -92,9 +89,16 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
                     log=lambda line: log("  " + line), new_model=new_model)
 
 
+def job_settings(job: FinetuneJob) -> dict:
+    """The settings the job's task class builds itself from (`Task.from_settings`)."""
+    return {"task": job.task, "max_seq_len": job.max_seq_len, "text_columns": job.text_columns,
+            "label_column": job.label_column, "feature_based": job.feature_based, "layers": job.layers,
+            "combine": job.combine, "classifier_dropout": job.hyper.classifier_dropout, **job.options}
+
+
 def check_length(task: Task, config, model_dir: Path) -> None:
     """A task's inputs must fit the model's positions: a UserError naming --max-seq-len otherwise."""
-    length = getattr(task, "max_seq_len", None)
+    length = task.max_seq_len
     if length is not None and length > config.max_position_embeddings:
         raise UserError(f"--max-seq-len {length} exceeds the model's {config.max_position_embeddings} positions",
                         model_dir)
@@ -113,8 +117,9 @@ def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, in
     from bertkit.hf import load_config
 
     check_length(task, load_config(model_dir), Path(model_dir))
-    if backend == "onnx" and not hasattr(task, "head"):
-        raise UserError("--backend onnx runs the BERT-head tasks; this model is feature-based", model_dir)
+    if backend == "onnx" and task.head is None:
+        raise UserError("--backend onnx runs the BERT-head tasks; this model is feature-based or a bi-encoder",
+                        model_dir)
     examples = task.read(data_path)
     data = task.prepare(examples)
     if backend == "onnx":
@@ -122,10 +127,8 @@ def evaluate_saved(task: Task, model_dir: str | Path, data_path, rt: Runtime, in
 
         model = load_onnx_head(model_dir, task.head, task.labels, int8)
     else:
-        model = task.load_model(Path(model_dir)).to(rt.device)
-    if int8 and backend == "torch":
-        from bertkit.quantize import quantize_int8
+        from bertkit.quantize import maybe_int8
 
-        model = quantize_int8(model, inplace=True)
+        model = maybe_int8(task.load_model(Path(model_dir)).to(rt.device), int8)
     predictions = task.predict(model, data, rt)
     return task.score(data, predictions), data, predictions

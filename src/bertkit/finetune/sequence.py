@@ -6,6 +6,7 @@ output trained with MSE for regression (STS-B).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from bertkit.errors import UserError
@@ -28,6 +29,35 @@ class SequenceTask(HeadTask):
         self.regression = spec.kind == "regression"
         self.main_metric = spec.main_metric
         self._set_labels(["score"] if self.regression else list(spec.labels or ()))
+
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> SequenceTask:
+        """A GLUE task by its name (its official labels), or `classify` / `regress` on a table's
+        `text_columns` and `label_column` (the labels given, else the training set's)."""
+        from bertkit.data.glue import glue_task, read_glue
+
+        name, seq_len = settings["task"], settings.get("max_seq_len") or 128
+        if name in ("classify", "regress"):
+            task = cls._table(name, tokenizer, seq_len, settings)
+        else:
+            task = cls(glue_task(name), lambda path: read_glue(name, path), tokenizer, seq_len)
+        task.classifier_dropout = settings.get("classifier_dropout")
+        return task
+
+    @classmethod
+    def _table(cls, name: str, tokenizer, seq_len: int, settings: dict) -> SequenceTask:
+        from bertkit.data.glue import custom_spec, read_table
+
+        text_columns, label_column = settings.get("text_columns"), settings.get("label_column")
+        if not text_columns or not label_column:
+            raise UserError(f"task {name} needs --text-columns a[,b] and --label-column c")
+        if len(text_columns) > 2:
+            raise UserError(f"--text-columns takes one or two names, got {len(text_columns)}")
+        kind = "classification" if name == "classify" else "regression"
+        labels = settings.get("labels") if kind == "classification" else None
+        spec = dataclasses.replace(custom_spec(name, kind, labels), pair=len(text_columns) == 2)
+        options = {"text_columns": list(text_columns), "label_column": label_column}
+        return cls(spec, lambda path: read_table(path, text_columns, label_column, kind), tokenizer, seq_len, options)
 
     def _set_labels(self, labels: list[str]) -> None:
         self.labels = labels

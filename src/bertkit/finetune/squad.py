@@ -26,6 +26,12 @@ class QATask(HeadTask):
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
         self.doc_stride, self.max_query_len = doc_stride, max_query_len
 
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> QATask:
+        task = cls(tokenizer, settings.get("max_seq_len") or 384)
+        task.classifier_dropout = settings.get("classifier_dropout")
+        return task
+
     def fit_labels(self, examples) -> None:
         """Span prediction has no label set."""
 

@@ -4,11 +4,13 @@ A task turns a file into examples, examples into unpadded features (`Prepared`),
 features into a `Batch`, a batch into a loss; it builds, loads and saves its model, predicts on
 prepared data and scores the predictions with the official metric. `bertkit finetune` (dev
 evaluation after each epoch) and `bertkit evaluate` both go through prepare -> predict -> score,
-so the two report the same numbers for the same model and file. A task's `settings()` are saved
-beside the model (finetune.json) and rebuild the same task for evaluation.
+so the two report the same numbers for the same model and file. A task class builds itself from
+its settings (`from_settings`); a task's `settings()` are saved beside the model (finetune.json)
+and rebuild the same task for evaluation.
 
-`HeadTask` is the shared half of the tasks whose model is one of bertkit's `BertFor...` heads
-(everything but the feature-based NER tagger).
+`TaskBase` holds the defaults of the members most tasks need not define. `HeadTask` is the shared half
+of the tasks whose model is one of bertkit's `BertFor...` heads (sequence, token, span and rerank;
+the feature-based NER tagger reuses its collate, the bi-encoder none of it).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Batch:
     inputs: dict[str, Tensor]
     targets: dict[str, Tensor] = field(default_factory=dict)
 
-    def to(self, device: torch.device) -> "Batch":
+    def to(self, device: torch.device) -> Batch:
         return Batch(to_device(self.inputs, device), to_device(self.targets, device))
 
 
@@ -64,16 +66,39 @@ class Prepared:
 
 
 class Task(Protocol):
-    """What the fine-tuning loop and `bertkit evaluate` call; one implementation per task kind."""
+    """What the fine-tuning loop, `run_job` and `bertkit evaluate` use; one implementation per task
+    kind, named in `finetune.registry.TASKS`. `TaskBase` gives the optional members defaults."""
 
     name: str
     main_metric: str  # the dev metric that picks the saved seed
     labels: list[str] | None
     prediction_suffix: str  # predictions file: ".tsv", ".conll", ".json"
+    max_seq_len: int | None  # inputs are cut to this many tokens (it must fit the model's positions); None: no cut
+    head: type | None  # the `BertFor...` class of its model (an ONNX export of one can stand in); None: another model
+
+    @classmethod
+    def from_settings(cls, tokenizer, settings: dict, model_dir: Path, rt: Runtime) -> Task:
+        """The task `settings` describe: `bertkit finetune`'s options when training ("task",
+        "max_seq_len", "text_columns", "label_column", "feature_based", "layers", "combine",
+        "classifier_dropout" and the task's own `TaskKind.options`, None where not given), or a
+        fine-tuned model's finetune.json with `model_settings` and the command's overrides when
+        evaluating. `model_dir` is the model the task is for; `rt` where models run."""
+        ...
+
+    @classmethod
+    def model_settings(cls, model_dir: Path, config) -> dict:
+        """What a fine-tuned model's directory fixes of its task's settings (its labels)."""
+        ...
 
     def read(self, path) -> list: ...
+    def read_dev(self, path) -> list: ...
     def fit_labels(self, train_examples: list) -> None: ...
     def prepare(self, examples: list, train: bool = False) -> Prepared: ...
+
+    def batches(self, train: Prepared, batch_size: int, g: torch.Generator) -> list[list[int]] | None:
+        """An epoch's batches of feature indices, drawn with `g`; None: the loop's `epoch_batches`."""
+        ...
+
     def collate(self, features: list[dict]) -> Batch: ...
     def new_model(self, model_dir: Path) -> nn.Module: ...
     def load_model(self, model_dir: Path) -> nn.Module: ...
@@ -83,6 +108,27 @@ class Task(Protocol):
     def score(self, data: Prepared, predictions) -> dict: ...
     def write_predictions(self, path: Path, data: Prepared, predictions) -> None: ...
     def settings(self) -> dict: ...
+
+
+class TaskBase:
+    """The defaults of `Task`'s optional members: a task defines only what differs."""
+
+    labels: list[str] | None = None
+    max_seq_len: int | None = None
+    head: type | None = None
+
+    @classmethod
+    def model_settings(cls, model_dir: Path, config) -> dict:
+        """The labels in the model's config.json (id2label), None when it has none."""
+        return {"labels": config_labels(config) or None}
+
+    def read_dev(self, path) -> list:
+        """The dev file's examples: the same layout as training's unless a task says otherwise."""
+        return self.read(path)
+
+    def batches(self, train: Prepared, batch_size: int, g: torch.Generator) -> list[list[int]] | None:
+        """None: the loop's own `epoch_batches` (a task overrides this to keep a rule of its own)."""
+        return None
 
 
 @torch.no_grad()
@@ -128,15 +174,37 @@ def require_trained_head(model: nn.Module, model_dir: Path) -> None:
                         f"(missing: {', '.join(model.load_report['initialized'])})", model_dir)
 
 
-class HeadTask:
+def config_labels(config) -> list[str]:
+    """A model config's labels (id2label), in id order; [] when it has none."""
+    return [config.id2label[i] for i in sorted(config.id2label or {})]
+
+
+def check_labels(config, labels: list[str] | None, where) -> None:
+    """Refuse a fine-tuned model (torch or ONNX) whose saved labels are not the task's."""
+    saved = config_labels(config)
+    if labels and saved != list(labels):
+        raise UserError(f"model's labels ({', '.join(saved)}) are not this task's ({', '.join(labels)})", where)
+
+
+def agreement(predictions: list, reference: list, regression: bool) -> float:
+    """x100: the share of equal predictions, or for regression the Pearson correlation."""
+    if regression:
+        import numpy as np
+
+        return float(np.corrcoef(predictions, reference)[0, 1] * 100)
+    return 100.0 * sum(p == t for p, t in zip(predictions, reference)) / max(len(reference), 1)
+
+
+class HeadTask(TaskBase):
     """What the BERT-head tasks share: a `BertFor...` model loaded, built and saved in HF format,
     inputs collated by `bertkit.data.batching`, and the head's own loss."""
 
-    head: type
+    head: type | None
     targets: tuple[str, ...] = ("labels",)  # feature keys the loss reads, not the model's inputs
-    labels: list[str] | None = None
     tokenizer: Any = None
-    classifier_dropout: float | None = None  # set by the run (--classifier-dropout); None: the config's
+    classifier_dropout: float | None = None  # from the settings (--classifier-dropout); None: the config's
+    regression: bool = False  # one real-valued output (predictions are numbers, not labels)
+    sparse_outputs: bool = False  # the head gives logits at the labelled positions only (MLM)
 
     def config_changes(self) -> dict:
         """What a new model's config changes from the checkpoint's: labels, head dropout."""
@@ -154,10 +222,7 @@ class HeadTask:
         """A fine-tuned model for evaluation: its head must come from the checkpoint."""
         model = self.head.from_pretrained(model_dir)
         require_trained_head(model, model_dir)
-        saved = [model.config.id2label[i] for i in sorted(model.config.id2label or {})]
-        if self.labels and saved != self.labels:
-            raise UserError(f"model's labels ({', '.join(saved)}) are not this task's ({', '.join(self.labels)})",
-                            model_dir)
+        check_labels(model.config, self.labels, model_dir)
         return model
 
     def save_model(self, model: nn.Module, out: Path, tokenizer) -> None:
@@ -172,3 +237,8 @@ class HeadTask:
 
     def loss(self, model, batch: Batch) -> Tensor:
         return model(**batch.inputs, **batch.targets).loss
+
+    def agreement(self, predictions, reference) -> float:
+        """x100: how far two models' predictions on the same data agree (distillation's
+        teacher_agreement): the share of equal ones, or for regression their Pearson correlation."""
+        return agreement(predictions, reference, self.regression)

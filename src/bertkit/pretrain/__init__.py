@@ -1,13 +1,24 @@
 """Pretraining (paper §3.1): MLM + NSP, MLM only, or left-to-right, from prepared shards.
 
-- `setup.py`: `TrainConfig` (a run's arguments) and everything resolved before the first step;
+- `setup.py`: `TrainConfig` (a run's options: defaults, checks, resume rules, the names they take)
+  and everything resolved before the first step;
+- `recipes.py`: the named recipes (`paper`, `budget`) that fill the options left unset, and why;
+- `init.py`: a new model's starting weights;
 - `objective.py`: inputs and labels per objective, summed losses, validation;
 - `loop.py`: the pretraining loop (`pretrain(cfg)`), resumable and data-parallel;
 - `report.py`: the status line, metrics.jsonl, throughput and MFU.
 """
 
-from bertkit.pretrain.loop import DataStream, pretrain
-from bertkit.pretrain.objective import OBJECTIVES, Objective, next_token_labels
-from bertkit.pretrain.setup import TrainConfig
+from bertkit.lazy import lazy_exports
 
-__all__ = ["OBJECTIVES", "DataStream", "Objective", "TrainConfig", "next_token_labels", "pretrain"]
+# Imported on first use, so the CLI reads TrainConfig's names and the recipes without torch.
+_EXPORTS = {
+    "DataStream": "bertkit.pretrain.loop",
+    "pretrain": "bertkit.pretrain.loop",
+    "Objective": "bertkit.pretrain.objective",
+    "next_token_labels": "bertkit.pretrain.objective",
+    "OBJECTIVES": "bertkit.pretrain.setup",
+    "TrainConfig": "bertkit.pretrain.setup",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-INITS = ("bert", "scaled")
+from bertkit.pretrain.setup import INITS
 
 
 def sinusoids(positions: int, width: int) -> torch.Tensor:

@@ -23,7 +23,9 @@ import dataclasses
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,7 +38,7 @@ from bertkit.hf import config_to_dict
 from bertkit.io import write_json
 from bertkit.pretrain.init import initialise
 from bertkit.pretrain.objective import Objective, derived_seed, evaluate, slice_rows
-from bertkit.pretrain.report import RunLog, Throughput, status_line
+from bertkit.pretrain.report import RunLog, Throughput, first_line, init_report, status_line
 from bertkit.pretrain.setup import (
     TrainConfig,
     check_resume,
@@ -57,6 +59,10 @@ from bertkit.train.checkpoint import (
 from bertkit.train.compile import compile_blocks
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
 from bertkit.train.optim import build_optimizer, lr_at, lr_at_time, warmup_steps
+
+if TYPE_CHECKING:
+    from bertkit.data.shards import PretrainingDataset
+    from bertkit.tokenizer import Tokenizer
 
 
 class DataStream:
@@ -149,25 +155,6 @@ def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
     return model, optimizer
 
 
-def init_report(source: str, report: dict) -> str:
-    """One line on what continued pretraining kept from `source` and what starts new."""
-    from bertkit.hf import heads_in
-
-    new = heads_in(report.get("initialized", []))
-    line = f"initialised from {source}: encoder loaded"
-    if "masked-LM" in new:
-        line += "; no masked-LM head there, so it starts new with its decoder tied to the word embeddings"
-    else:
-        line += ", masked-LM head loaded"
-    rest = [h for h in new if h != "masked-LM"]
-    if rest:
-        line += f"; new: {', '.join(rest)}"
-    skipped = heads_in(report.get("skipped", []))
-    if skipped:
-        line += f"; not used: {', '.join(skipped)}"
-    return line
-
-
 def _objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
     if cfg.objective == "ltr":
         return Objective("ltr", None, cfg.seed)
@@ -215,32 +202,41 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
         write_json(Path(cfg.out) / "config.json", run_record(
             cfg, config_to_dict(model.config), train.manifest, {"world_size": d.world_size, "device": str(device)},
             start if checkpoint is not None else None, changes))
-        if checkpoint is not None:
-            began = f"resuming from {checkpoint.path}"
-            if changes:
-                began += " with " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
-        else:
-            began = f"starting fresh (--resume found no checkpoint in {cfg.out})" if cfg.resume else "starting"
-            if cfg.init_from:
-                print(init_report(cfg.init_from, model.load_report), flush=True)
+        if checkpoint is None and cfg.init_from:
+            print(init_report(cfg.init_from, model.load_report), flush=True)
         note = data_note(cfg, train.manifest)
         if note:
             print(note, file=sys.stderr, flush=True)
-        print(f"{began}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
-              f"sequences, {d.world_size} process(es) on {device}, {cfg.precision}", flush=True)
+        parameters = sum(p.numel() for p in model.parameters())
+        print(first_line(cfg, checkpoint.path if checkpoint is not None else None, changes, parameters, len(train),
+                         d.world_size, device), flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
-    loop = _Loop(cfg, d, device, model, optimizer, objective, train, val, tokenizer, log)
+    loop = _Loop(cfg, d, device, _Parts(model, optimizer, objective, train, val, tokenizer, log))
     return loop.run(start, DataStream(len(train), cfg.seed, int(state["position"])), float(state["elapsed"]))
 
 
-class _Loop:
-    """The state the loop shares between its step and its bookkeeping."""
+@dataclass
+class _Parts:
+    """What a run's loop works on, built by `_run`."""
 
-    def __init__(self, cfg, d, device, model, optimizer, objective, train, val, tokenizer, log):
+    model: torch.nn.Module  # the bare model (checkpoints, evaluation, the saved copy)
+    optimizer: torch.optim.Optimizer
+    objective: Objective
+    train: PretrainingDataset
+    val: PretrainingDataset | None  # None or empty: no evaluation
+    tokenizer: Tokenizer  # saved with every checkpoint and the final model
+    log: RunLog
+
+
+class _Loop:
+    """One explicit loop, in the usual order (`run`), and the concerns it calls: the learning
+    rate, evaluation, checkpoints, one optimizer step, agreement across ranks, logging, the end."""
+
+    def __init__(self, cfg: TrainConfig, d: Dist, device: torch.device, parts: _Parts):
         self.cfg, self.d, self.device = cfg, d, device
-        self.model, self.optimizer, self.objective = model, optimizer, objective
-        self.train, self.val, self.tokenizer, self.log = train, val, tokenizer, log
-        self.train_model = _wrap(model, cfg, d, device)
+        self.model, self.optimizer, self.objective = parts.model, parts.optimizer, parts.objective
+        self.train, self.val, self.tokenizer, self.log = parts.train, parts.val, parts.tokenizer, parts.log
+        self.train_model = _wrap(self.model, cfg, d, device)
         use_bf16 = cfg.precision == "bf16"
         self.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
         self.total = cfg.total_steps
@@ -262,57 +258,87 @@ class _Loop:
         return elapsed >= self.budget if self.budget is not None else step >= self.total
 
     def run(self, step: int, stream: DataStream, elapsed: float) -> int:
-        cfg, d = self.cfg, self.d
-        last_eval = last_save = step if self.log.resumed_step is not None else -1
-        meter = Throughput(self.model, cfg, int(self.train.manifest["max_seq_len"]), self.device, step, elapsed)
-        started = time.perf_counter() - elapsed
-        first_step = step + 1
+        """Train from `step`, `elapsed` seconds into the run, until it is done or a signal stops
+        it; the exit status."""
+        self.last_eval = self.last_save = step if self.log.resumed_step is not None else -1
+        self.meter = Throughput(self.model, self.cfg, int(self.train.manifest["max_seq_len"]), self.device, step,
+                                elapsed)
+        self.started, self.first_step = time.perf_counter() - elapsed, step + 1
         stopped = False  # a signal reached some rank: every rank stops after the same step
         with StopRequest() as stop:
-            while not self.done(step, elapsed):
-                lr = self.lr(step, elapsed)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                if step % cfg.eval_every == 0 and step != last_eval:
-                    self.evaluate(step)
-                    last_eval = step
-                if step % cfg.save_every == 0 and step not in (0, last_save):
-                    self.save(step, stream, elapsed)
-                    last_save = step
-                torch.manual_seed(derived_seed(cfg.seed, step, d.rank, 1))  # dropout's generator
-                step_began = time.perf_counter()
-                losses = self.accumulate(step, stream)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+            while not stopped and not self.done(step, elapsed):
+                lr = self.set_lr(step, elapsed)
+                self.maybe_evaluate(step)
+                self.maybe_save(step, stream, elapsed)
+                began = time.perf_counter()
+                losses, grad_norm = self.train_step(step, stream)
                 step += 1
-                meter.add(losses)
-                now = time.perf_counter()
-                stopping, elapsed, step_s = agree([float(stop.signum is not None), now - started, now - step_began],
-                                                  d, self.device)
-                stopped = bool(stopping)
-                if step > first_step:  # the first step of a process is slow (allocation, kernel set-up)
-                    self.step_s = 0.8 * self.step_s + 0.2 * step_s if self.step_s else step_s
-                if step % cfg.log_every == 0 or self.done(step, elapsed) or stopped:
-                    self.report(step, lr, grad_norm, meter, elapsed)
-                if stopped:
-                    break
-            if step != last_eval and not stopped:  # a stopped run saves at once instead
-                self.evaluate(step)
-            if step != last_save:
-                path = self.save(step, stream, elapsed)
-            else:
-                path = latest_checkpoint(cfg.out).path if d.is_main else None
-        if stopped:
-            if d.is_main:
-                cause = signal.Signals(stop.signum).name if stop.signum is not None else "a signal to another rank"
+                self.meter.add(losses)
+                stopped, elapsed = self.agree(stop, step, began)
+                if step % self.cfg.log_every == 0 or stopped or self.done(step, elapsed):
+                    self.report(step, lr, grad_norm, elapsed)
+            path = self.last_checkpoint(step, stream, elapsed, evaluate=not stopped)
+        return self.finish(step, path, stop if stopped else None)
+
+    def set_lr(self, step: int, elapsed: float) -> float:
+        lr = self.lr(step, elapsed)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def maybe_evaluate(self, step: int) -> None:
+        if step % self.cfg.eval_every == 0 and step != self.last_eval:
+            self.evaluate(step)
+            self.last_eval = step
+
+    def maybe_save(self, step: int, stream: DataStream, elapsed: float) -> None:
+        if step % self.cfg.save_every == 0 and step not in (0, self.last_save):
+            self.save(step, stream, elapsed)
+            self.last_save = step
+
+    def train_step(self, step: int, stream: DataStream) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer update: micro-steps, clipping, step, zeroing. (losses, gradient norm),
+        left on the device."""
+        torch.manual_seed(derived_seed(self.cfg.seed, step, self.d.rank, 1))  # dropout's generator
+        losses = self.accumulate(step, stream)
+        clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return losses, grad_norm
+
+    def agree(self, stop: StopRequest, step: int, began: float) -> tuple[bool, float]:
+        """(stop now?, seconds since the run began), the same on every rank (under DDP an
+        all-reduce, every step), so all ranks stop after the same step; updates the recent step
+        time the time schedule looks ahead by."""
+        now = time.perf_counter()
+        stopping, elapsed, step_s = agree([float(stop.signum is not None), now - self.started, now - began],
+                                          self.d, self.device)
+        if step > self.first_step:  # the first step of a process is slow (allocation, kernel set-up)
+            self.step_s = 0.8 * self.step_s + 0.2 * step_s if self.step_s else step_s
+        return bool(stopping), elapsed
+
+    def last_checkpoint(self, step: int, stream: DataStream, elapsed: float, evaluate: bool) -> Path | None:
+        """The final evaluation (not when stopping: a stopped run saves at once) and the checkpoint
+        of the last step, unless it was just saved; its folder (on rank 0)."""
+        if evaluate and step != self.last_eval:
+            self.evaluate(step)
+        if step != self.last_save:
+            return self.save(step, stream, elapsed)
+        return latest_checkpoint(self.cfg.out).path if self.d.is_main else None
+
+    def finish(self, step: int, path: Path | None, stopped_by: StopRequest | None) -> int:
+        """The last line, the final model (when not stopped) and the exit status."""
+        if stopped_by is not None:
+            if self.d.is_main:
+                signum = stopped_by.signum
+                cause = signal.Signals(signum).name if signum is not None else "a signal to another rank"
                 print(f"stopped by {cause} at step {step}; checkpoint in {path}; continue with --resume "
-                      f"(exit status {stop.exit_code})", flush=True)
-            return stop.exit_code
-        if d.is_main:
-            write_model_copy(self.model, Path(cfg.out) / "model", self.tokenizer)
-            print(f"done: {step} steps; model in {Path(cfg.out) / 'model'}", flush=True)
+                      f"(exit status {stopped_by.exit_code})", flush=True)
+            return stopped_by.exit_code
+        if self.d.is_main:
+            write_model_copy(self.model, Path(self.cfg.out) / "model", self.tokenizer)
+            print(f"done: {step} steps; model in {Path(self.cfg.out) / 'model'}", flush=True)
         return 0
 
     def accumulate(self, step: int, stream: DataStream) -> torch.Tensor:
@@ -356,15 +382,16 @@ class _Loop:
         return save_checkpoint(self.cfg.out, step, self.model, self.optimizer, state, self.tokenizer,
                                keep=self.cfg.keep)
 
-    def report(self, step: int, lr: float, grad_norm: torch.Tensor, meter: "Throughput", elapsed: float) -> None:
-        """The logging step: the only place values leave the device (`.item()`)."""
-        window_losses, window_steps = meter.take()
+    def report(self, step: int, lr: float, grad_norm: torch.Tensor, elapsed: float) -> None:
+        """The logging step: the one place a step's losses and gradient norm are read back from
+        the device (`.item()`, `.tolist()`); `agree` is the other per-step sync, under DDP only."""
+        window_losses, window_steps = self.meter.take()
         loss, token, nsp = (all_sum(window_losses, self.d) / window_steps).tolist()
         record = {"kind": "train", "step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm.item(),
-                  **meter.rates(step, elapsed, self.total, self.budget)}
+                  **self.meter.rates(step, elapsed, self.total, self.budget)}
         record["next_token_loss" if self.objective.name == "ltr" else "mlm_loss"] = token
         if self.objective.nsp:
             record["nsp_loss"] = nsp
         if self.d.is_main:
             self.log.record(record)
-            print(status_line(record, self.total), flush=True)
+            print(status_line(record, self.total, self.budget), flush=True)

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from bertkit.config import IGNORE_INDEX
-
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
 
 
 def derived_seed(*parts: int) -> int:
@@ -36,7 +33,7 @@ def next_token_labels(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
 
 
 class Objective:
-    """One of OBJECTIVES, with the masker it needs (none for "ltr")."""
+    """One of OBJECTIVES (bertkit.pretrain.setup), with the masker it needs (none for "ltr")."""
 
     def __init__(self, name: str, masker=None, seed: int = 0):
         self.name = name
@@ -68,22 +65,23 @@ class Objective:
             out["next_sentence_label"] = torch.as_tensor(batch["next_sentence_label"]).long().to(device)
         return out
 
-    def loss_sums(self, model, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Summed token loss, correct tokens, and (with NSP) summed NSP loss and correct rows."""
+    def loss_sums(self, model, inputs: dict[str, Tensor], accuracy: bool = False) -> dict[str, Tensor]:
+        """Summed token loss and (with NSP) summed NSP loss, as the head computes them; with
+        `accuracy` (validation only: a training step logs no accuracy), also the correct tokens
+        and rows."""
+        nsp = {"next_sentence_label": inputs["next_sentence_label"]} if self.nsp else {}
         out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                    token_type_ids=inputs["token_type_ids"], labels=inputs["labels"])
-        y = inputs["labels"].reshape(-1)
-        y = y[y != IGNORE_INDEX]  # (N,), the row-major order of the head's (N, V) logits
-        logits = out.logits.float()
-        sums = {
-            "token_loss": F.cross_entropy(logits, y, reduction="sum"),
-            "token_correct": (logits.argmax(-1) == y).sum(),
-        }
+                    token_type_ids=inputs["token_type_ids"], labels=inputs["labels"], reduction="sum", **nsp)
+        sums = {"token_loss": out.mlm_loss if self.nsp else out.loss}
         if self.nsp:
-            nsp_logits = out.seq_relationship_logits.float()  # (B, 2)
-            target = inputs["next_sentence_label"].reshape(-1)
-            sums["nsp_loss"] = F.cross_entropy(nsp_logits, target, reduction="sum")
-            sums["nsp_correct"] = (nsp_logits.argmax(-1) == target).sum()
+            sums["nsp_loss"] = out.nsp_loss
+        if accuracy:
+            y = inputs["labels"].reshape(-1)
+            y = y[y != IGNORE_INDEX]  # (N,), the row-major order of the head's (N, V) logits
+            sums["token_correct"] = (out.logits.argmax(-1) == y).sum()
+            if self.nsp:
+                target = nsp["next_sentence_label"].reshape(-1)
+                sums["nsp_correct"] = (out.seq_relationship_logits.argmax(-1) == target).sum()
         return sums
 
 
@@ -104,7 +102,7 @@ def evaluate(model, objective: Objective, dataset, device: torch.device, samples
         batch = dataset.batch(np.arange(start, min(start + batch_size, n)))
         inputs = objective.prepare(batch, device, 1 << 40, number)  # a step no training run reaches
         with autocast():
-            sums = objective.loss_sums(model, inputs)
+            sums = objective.loss_sums(model, inputs, accuracy=True)
         tokens += (inputs["labels"] != IGNORE_INDEX).sum()
         for k, v in sums.items():
             totals[k] = totals.get(k, 0) + v.float()

@@ -28,31 +28,37 @@ measured on the demo's BBC News corpus (README, "Pretraining recipes"):
 
 A recipe fills only the fields a caller left unset (None): `TrainConfig(recipe="budget",
 lr=5e-4)` takes the budget recipe with that learning rate; the CLI's flags work the same way.
+This module imports no torch (`set_dropout` imports it when called), so `bertkit pretrain --help`
+shows the table's values at once.
 """
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
-from bertkit.config import PRETRAINING_RECIPES
-from bertkit.errors import UserError
+if TYPE_CHECKING:
+    from torch import nn
 
-# The fields a recipe sets, each with its value per recipe (dropout None: the model config's own);
-# the table lives in the torch-free bertkit.config so the CLI's help can show it without torch.
-RECIPES: dict[str, dict] = PRETRAINING_RECIPES
+# The fields a recipe sets, each with its value per recipe (dropout None: the model config's own).
+RECIPES: dict[str, dict] = {
+    "paper": {"objective": "mlm+nsp", "batch_size": 32, "lr": 1e-4, "warmup": 0.01, "weight_decay": 0.01,
+              "dropout": None, "precision": "fp32", "adam_beta2": 0.999, "init": "bert"},
+    "budget": {"objective": "mlm", "batch_size": 32, "lr": 3e-3, "warmup": 0.05, "weight_decay": 0.01,
+               "dropout": 0.0, "precision": "auto", "adam_beta2": 0.98, "init": "scaled"},
+}
 RECIPE_FIELDS = tuple(RECIPES["paper"])
 
 
-def resolve(recipe: str, given: dict) -> dict:
-    """`given` (field -> value or None) with every None replaced by the recipe's value."""
-    if recipe not in RECIPES:
-        raise UserError(f"recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
-    return {name: RECIPES[recipe][name] if given.get(name) is None else given[name] for name in RECIPE_FIELDS}
+def fill(recipe: str, given: dict) -> dict:
+    """`given` (field -> value) with the recipe's value in every recipe field it leaves None or out."""
+    return {**given, **{name: value for name, value in RECIPES[recipe].items() if given.get(name) is None}}
 
 
 def set_dropout(model: nn.Module, p: float) -> None:
     """Every dropout of `model`, attention probabilities included, to `p` for this run only:
     the model's config (and so the saved config.json) keeps its own rates."""
+    from torch import nn
+
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = p

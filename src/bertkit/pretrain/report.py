@@ -1,4 +1,4 @@
-"""What a run tells a person: the status line, metrics.jsonl, throughput and MFU, the plots.
+"""What a run tells a person: its first line, the status line, metrics.jsonl, throughput and MFU, the plots.
 
 Only rank 0 writes. metrics.jsonl gets one JSON record per logging step ("train") and per
 evaluation ("val"); a resumed run first drops the records its crashed predecessor wrote after
@@ -89,15 +89,52 @@ class Throughput:
                 "steps_per_s": 1 / per_step}
 
 
+def init_report(source: str, report: dict) -> str:
+    """One line on what continued pretraining kept from `source` and what starts new."""
+    from bertkit.hf import heads_in
+
+    new = heads_in(report.get("initialized", []))
+    line = f"initialised from {source}: encoder loaded"
+    if "masked-LM" in new:
+        line += "; no masked-LM head there, so it starts new with its decoder tied to the word embeddings"
+    else:
+        line += ", masked-LM head loaded"
+    rest = [h for h in new if h != "masked-LM"]
+    if rest:
+        line += f"; new: {', '.join(rest)}"
+    skipped = heads_in(report.get("skipped", []))
+    if skipped:
+        line += f"; not used: {', '.join(skipped)}"
+    return line
+
+
+def first_line(cfg, resumed_from: Path | None, changes: dict, parameters: int, sequences: int, world_size: int,
+               device: torch.device) -> str:
+    """The run's first line: fresh or resumed (with the options it changes), its size, where it runs."""
+    if resumed_from is not None:
+        began = f"resuming from {resumed_from}"
+        if changes:
+            began += " with " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+    else:
+        began = f"starting fresh (--resume found no checkpoint in {cfg.out})" if cfg.resume else "starting"
+    mfu = "" if peak_flops(device, cfg.precision) else f" (no MFU: no known peak FLOP/s for {device.type})"
+    return (f"{began}: {parameters:,} parameters, {sequences:,} training sequences, {world_size} process(es) "
+            f"on {device}, {cfg.precision}{mfu}")
+
+
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def status_line(r: dict, total: int | None) -> str:
-    """One fixed-width line: step/total, loss, lr, grad norm, tokens/s, MFU (GPU), ETA."""
-    of = f"{total:<7d}" if total else "~      "
+def status_line(r: dict, total: int | None, budget: float | None) -> str:
+    """One fixed-width line: step/total, loss, lr, grad norm, tokens/s, MFU (a GPU with a known
+    peak; "-" elsewhere: `first_line` says why), ETA. A time-budgeted run has no step total: it
+    shows the step alone and, in place of the ETA, the time used of its budget."""
     mfu = f"{r['mfu']:6.1%}" if r.get("mfu") is not None else "     -"
-    return (f"step {r['step']:>7d}/{of} | loss {r['loss']:8.4f} | lr {r['lr']:9.3e} | "
-            f"gnorm {r['grad_norm']:8.3f} | {r['tokens_per_s']:>11,.0f} tok/s | mfu {mfu} | "
-            f"eta {_clock(r['eta_s']):>9}")
+    if budget is None:
+        step, end = f"step {r['step']:>7d}/{total:<7d}", f"eta {_clock(r['eta_s']):>9}"
+    else:
+        step, end = f"step {r['step']:>7d}", f"time {_clock(r['elapsed']):>8} of {_clock(budget)}"
+    return (f"{step} | loss {r['loss']:8.4f} | lr {r['lr']:9.3e} | gnorm {r['grad_norm']:8.3f} | "
+            f"{r['tokens_per_s']:>11,.0f} tok/s | mfu {mfu} | {end}")

@@ -1,110 +1,98 @@
 """Everything a pretraining run resolves before its first step.
 
-`TrainConfig` is the run's arguments as a frozen dataclass (saved in RUN_DIR/config.json);
-`open_data` opens the prepared data and its tokenizer; `model_config` builds the model's shape
-from a preset, the data's vocabulary and overrides; `check_run_dir` refuses to overwrite a run
-(unless `overwrite`); `check_resume` refuses to continue a checkpoint with another model shape,
-objective, batch, masking, data or tokenizer, naming what differs, and returns the options a
-resumed run may change (learning rate, length, cadences), which `run_record` appends to
-RUN/config.json's "resumes" instead of rewriting the run's original arguments.
-All user mistakes become a one-line `UserError`.
+`TrainConfig` is the run's options as a frozen dataclass (saved in RUN_DIR/config.json), complete
+once built: the recipe's values fill the fields a caller left unset, and every check of the options
+runs here, once, raising an `OptionError` that names them as fields (or, for the CLI, as flags).
+Each field declares what `--resume` may do with it (`RESUME_RULES`). `open_data` opens the
+prepared data and its tokenizer; `model_config` builds the model's shape from a preset, the data's
+vocabulary and overrides; `check_run_dir` refuses to overwrite a run (unless `overwrite`);
+`check_resume` refuses to continue a checkpoint with another model shape, objective, batch,
+masking, data or tokenizer, naming what differs, and returns the options a resumed run changes
+(learning rate, length, cadences), which `run_record` appends to RUN/config.json's "resumes"
+instead of rewriting the run's original arguments. All user mistakes become a one-line `UserError`.
+This module imports no torch: the CLI takes its flags' choices from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
-from bertkit.pretrain.objective import OBJECTIVES
+from bertkit.pretrain.recipes import RECIPES, fill
+
+OBJECTIVES = ("mlm+nsp", "mlm", "ltr")  # MLM + NSP (BERT), MLM only, left-to-right (bertkit.pretrain.objective)
+INITS = ("bert", "scaled")  # a new model's weights (bertkit.pretrain.init)
+PRECISIONS = ("fp32", "bf16", "auto")  # bertkit.devices.resolve_precision
+
+# What `--resume` may do with each field (`check_resume`):
+FIXED = "fixed"  # must be the same: it fixes what the run computes
+RESOLVED = "resolved"  # fixed by what it names (the model's shape, the data, the tokenizer), compared there
+CHANGEABLE = "changeable"  # may change; the change is recorded in RUN/config.json's "resumes"
+INVOCATION = "invocation"  # how this invocation treats RUN_DIR; never recorded
+RESUME_RULES = (FIXED, RESOLVED, CHANGEABLE, INVOCATION)
+
+
+def _option(resume: str, default=dataclasses.MISSING, *, flag: str | None = None,
+            default_factory=dataclasses.MISSING):
+    """A field with its resume rule, and its `bertkit pretrain` flag where that is not --field-name."""
+    metadata = {"resume": resume, **({"flag": flag} if flag else {})}
+    return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    data: str  # DATA_DIR written by `bertkit prepare`
-    out: str  # RUN_DIR: checkpoints, metrics, plots, final model
-    preset: str = "mini"  # model shape, see bertkit.config.PRESETS
-    steps: int | None = None  # optimizer updates; default 1000 unless `minutes` is given
-    minutes: float | None = None  # wall-clock budget instead of a step count
-    # The next seven fields: None takes the recipe's value (bertkit.pretrain.recipes.RECIPES).
-    recipe: str = "paper"  # "paper" (BERT's settings) or "budget" (what learns most in little time)
-    objective: str | None = None  # "mlm+nsp", "mlm" or "ltr"
-    batch_size: int | None = None  # sequences per update, over all processes and micro-steps
-    grad_accum: int = 1  # micro-steps per update
-    lr: float | None = None  # peak learning rate
-    warmup: float | None = None  # below 1: fraction of the run; otherwise steps
-    weight_decay: float | None = None  # decoupled, not on biases and LayerNorm
-    dropout: float | None = None  # every dropout while pretraining; None: the model config's (saved as is)
-    precision: str | None = None  # "fp32", "bf16" (autocast) or "auto" (bf16 where the hardware runs it fast)
-    adam_beta2: float | None = None  # AdamW's second-moment decay
-    init: str | None = None  # a new model's weights: "bert" (N(0, 0.02)) or "scaled" (bertkit.pretrain.init)
-    mask_rate: float = 0.15  # fraction of tokens predicted
-    whole_word_mask: bool = False  # mask all pieces of a word together
-    mask_rule: str = "80/10/10"  # of the chosen tokens, percent [MASK] / random / kept (Table 8's ablations)
-    compile: bool = False  # torch.compile the model
-    save_every: int = 1000  # steps between checkpoints
-    eval_every: int = 500  # steps between validations
-    log_every: int = 10  # steps between status lines
-    eval_samples: int = 512  # size of the fixed validation subset
-    keep: int = 2  # checkpoints kept
-    seed: int = 0
-    resume: bool = False  # continue from RUN_DIR's newest complete checkpoint
-    max_grad_norm: float = 1.0  # clip the global gradient norm; 0 disables
-    device: str = "auto"  # "auto", "cpu" or "cuda"
-    tokenizer: str | None = None  # when given, must be the tokenizer DATA_DIR was prepared with
-    config_overrides: dict = field(default_factory=dict)  # BertConfig fields to change
-    overwrite: bool = False  # start again in a RUN_DIR that holds a previous run, deleting it
-    init_from: str | None = None  # continued pretraining: start from this HF BERT directory's weights
+class TrainOptions:
+    """A run's options as a caller gives them: a recipe field may be None (the recipe's value).
+    Build a `TrainConfig`, which fills them and checks the whole."""
+
+    data: str = _option(RESOLVED)  # DATA_DIR written by `bertkit prepare` (compared by its manifest)
+    out: str = _option(CHANGEABLE)  # RUN_DIR: checkpoints, metrics, plots, final model
+    preset: str = _option(RESOLVED, "mini")  # model shape, see bertkit.config.PRESETS
+    steps: int | None = _option(CHANGEABLE, None)  # optimizer updates; default 1000 unless `minutes` is given
+    minutes: float | None = _option(CHANGEABLE, None)  # wall-clock budget instead of a step count
+    # The recipe, then the nine fields it fills: None takes its value (bertkit.pretrain.recipes).
+    recipe: str = _option(FIXED, "paper")  # "paper" (BERT's settings) or "budget" (what learns most in little time)
+    objective: str | None = _option(FIXED, None)  # one of OBJECTIVES
+    batch_size: int | None = _option(FIXED, None)  # sequences per update, over all processes and micro-steps
+    lr: float | None = _option(CHANGEABLE, None)  # peak learning rate
+    warmup: float | None = _option(CHANGEABLE, None)  # below 1: fraction of the run; otherwise steps
+    weight_decay: float | None = _option(FIXED, None)  # decoupled, not on biases and LayerNorm (in the checkpoint)
+    dropout: float | None = _option(FIXED, None)  # every dropout while pretraining; None: the model config's
+    precision: str | None = _option(CHANGEABLE, None)  # "fp32", "bf16" (autocast) or "auto" (bf16 where fast)
+    adam_beta2: float | None = _option(FIXED, None)  # AdamW's second-moment decay
+    init: str | None = _option(FIXED, None)  # a new model's weights: one of INITS (bertkit.pretrain.init)
+    grad_accum: int = _option(FIXED, 1)  # micro-steps per update
+    mask_rate: float = _option(FIXED, 0.15)  # fraction of tokens predicted
+    whole_word_mask: bool = _option(FIXED, False)  # mask all pieces of a word together
+    mask_rule: str = _option(FIXED, "80/10/10")  # of the chosen tokens, percent [MASK] / random / kept (Table 8)
+    compile: bool = _option(CHANGEABLE, False)  # torch.compile the model
+    save_every: int = _option(CHANGEABLE, 1000)  # steps between checkpoints
+    eval_every: int = _option(CHANGEABLE, 500)  # steps between validations
+    log_every: int = _option(CHANGEABLE, 10)  # steps between status lines
+    eval_samples: int = _option(CHANGEABLE, 512)  # size of the fixed validation subset
+    keep: int = _option(CHANGEABLE, 2)  # checkpoints kept
+    seed: int = _option(FIXED, 0)  # seed of the initial weights, data order, masking and dropout
+    resume: bool = _option(INVOCATION, False)  # continue from RUN_DIR's newest complete checkpoint
+    max_grad_norm: float = _option(CHANGEABLE, 1.0)  # clip the global gradient norm; 0 disables
+    device: str = _option(CHANGEABLE, "auto")  # "auto", "cpu" or "cuda"
+    tokenizer: str | None = _option(RESOLVED, None)  # when given, must be the tokenizer DATA_DIR was prepared with
+    config_overrides: dict = _option(RESOLVED, flag="--config-json", default_factory=dict)  # BertConfig fields
+    overwrite: bool = _option(INVOCATION, False)  # start again in a RUN_DIR that holds a previous run, deleting it
+    init_from: str | None = _option(FIXED, None)  # continued pretraining: this HF BERT directory's weights
 
 
-    def __post_init__(self):
-        from bertkit.pretrain.recipes import RECIPE_FIELDS, resolve
+class TrainConfig(TrainOptions):
+    """A run's options, complete and checked: `TrainConfig(data=..., out=..., recipe="budget", lr=5e-4)`
+    takes the budget recipe's value for every recipe field not given (or given as None)."""
 
-        for name, value in resolve(self.recipe, {k: getattr(self, k) for k in RECIPE_FIELDS}).items():
-            object.__setattr__(self, name, value)  # frozen: filled once, here
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise UserError(f"dropout must be in [0, 1), not {self.dropout}")
-        if self.objective not in OBJECTIVES:
-            raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
-        if not 0 < self.adam_beta2 < 1:
-            raise UserError(f"adam_beta2 must be in (0, 1), not {self.adam_beta2}")
-        from bertkit.pretrain.init import INITS
-
-        if self.init not in INITS:
-            raise UserError(f"init must be one of {', '.join(INITS)}, not {self.init!r}")
-        if self.precision not in ("fp32", "bf16", "auto"):
-            raise UserError(f"precision must be fp32, bf16 or auto, not {self.precision!r}")
-        if self.steps is not None and self.minutes is not None:
-            raise UserError("give steps or minutes, not both")
-        for name in ("batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if (self.steps is not None and self.steps < 1) or (self.minutes is not None and self.minutes <= 0):
-            raise UserError("steps / minutes must be positive")
-        if self.minutes is not None and self.warmup >= 1:
-            raise UserError("with a time budget (minutes), give warmup as a fraction of the run (below 1)")
-        if self.warmup < 0:
-            raise UserError(f"warmup must be >= 0, not {self.warmup}")
-        if not 0 < self.mask_rate < 1:
-            raise UserError(f"mask_rate must be between 0 and 1, not {self.mask_rate}")
-        if not self.lr > 0:
-            raise UserError(f"lr must be positive, not {self.lr}")
-        for name in ("weight_decay", "max_grad_norm", "seed", "eval_samples", "keep"):
-            if getattr(self, name) < 0:
-                raise UserError(f"{name} must be at least 0, not {getattr(self, name)}")
-        if self.resume and self.overwrite:
-            raise UserError("resume continues a run and overwrite starts it again: choose one")
-        if self.init_from and self.objective == "ltr":
-            raise UserError("init_from continues a bidirectional model: use objective mlm or mlm+nsp, not ltr")
-        if self.init_from and self.config_overrides:
-            raise UserError("init_from takes the model's shape from its config.json: give no config overrides")
-        try:
-            self.masking()
-        except ValueError as e:
-            raise UserError(str(e)) from None
+    def __init__(self, data: str, out: str, *, recipe: str = "paper", **options):
+        if recipe not in RECIPES:
+            raise OptionError("{} must be one of {names}, not {value!r}", "recipe", names=", ".join(RECIPES),
+                              value=recipe)
+        super().__init__(data, out, recipe=recipe, **fill(recipe, options))
+        _check(self)
 
     def masking(self):
         """The run's MaskingConfig: rate, the MASK/random/keep rule, whole words or pieces."""
@@ -129,35 +117,91 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-# Arguments a resumed run must share with the run it continues: they fix what it computes.
-# (weight_decay too: the optimizer's groups come back from the checkpoint.) The model's shape
-# (preset, config_overrides), the data and the tokenizer are compared by what they resolve to.
-_RESUME_FIXED = ("objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask", "mask_rule",
-                 "weight_decay", "init_from", "recipe", "dropout", "adam_beta2", "init")
-# Never recorded as a change: how this invocation was asked to treat the folder.
-_RESUME_IGNORED = ("resume", "overwrite")
+class OptionError(UserError):
+    """A run's option out of its range, or options that do not go together. The message names them
+    as TrainConfig's fields; `flags()` names them as `bertkit pretrain`'s flags."""
+
+    def __init__(self, template: str, *fields: str, **values):
+        """`template`: str.format text with one {} per name in `fields` and {key} for each of `values`."""
+        super().__init__(template.format(*fields, **values))
+        self.template, self.fields, self.values = template, fields, values
+
+    def flags(self) -> str:
+        return self.template.format(*map(_flag, self.fields), **self.values)
+
+
+def _flag(name: str) -> str:
+    """The `bertkit pretrain` flag of a TrainConfig field."""
+    found = next(f for f in dataclasses.fields(TrainOptions) if f.name == name)
+    return found.metadata.get("flag", "--" + name.replace("_", "-"))
+
+
+def _check(cfg: TrainConfig) -> None:
+    """Every check of a run's options, in one place: an OptionError naming the first wrong one."""
+    _check_ranges(cfg)
+    if cfg.steps is not None and cfg.minutes is not None:
+        raise OptionError("give {} or {}, not both", "steps", "minutes")
+    if cfg.minutes is not None and cfg.warmup >= 1:
+        raise OptionError("with {}, give {} as a fraction of the run (below 1)", "minutes", "warmup")
+    if cfg.resume and cfg.overwrite:
+        raise OptionError("{} continues a run and {} starts it again: give one", "resume", "overwrite")
+    if cfg.init_from and cfg.objective == "ltr":
+        raise OptionError("{} continues a bidirectional model: use {} mlm or mlm+nsp", "init_from", "objective")
+    if cfg.init_from and cfg.config_overrides:
+        raise OptionError("{} does not apply with {}: the model's shape is its config.json", "config_overrides",
+                          "init_from")
+    unknown = sorted(set(cfg.config_overrides) - {f.name for f in dataclasses.fields(BertConfig)})
+    if unknown:
+        raise OptionError("{}: unknown model config field(s) {names}", "config_overrides", names=", ".join(unknown))
+    try:  # the overrides on their own (model_config checks them against the data once it is open)
+        if not cfg.init_from:
+            BertConfig.preset(cfg.preset, **cfg.config_overrides)
+    except ValueError as e:
+        raise OptionError("{}: bad model config: {problem}", "config_overrides", problem=e) from None
+    try:
+        cfg.masking()
+    except ValueError as e:
+        raise OptionError("{}: {problem}", "mask_rule", problem=e) from None
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    """Each option on its own: one of its names, or in its range."""
+    for name, names in (("objective", OBJECTIVES), ("init", INITS)):
+        if getattr(cfg, name) not in names:
+            raise OptionError("{} must be one of {names}, not {value!r}", name, names=", ".join(names),
+                              value=getattr(cfg, name))
+    if cfg.precision not in PRECISIONS:
+        raise OptionError("{} must be fp32, bf16 or auto, not {value!r}", "precision", value=cfg.precision)
+    if cfg.dropout is not None and not 0 <= cfg.dropout < 1:
+        raise OptionError("{} must be in [0, 1), not {value}", "dropout", value=cfg.dropout)
+    for name in ("adam_beta2", "mask_rate"):
+        if not 0 < getattr(cfg, name) < 1:
+            raise OptionError("{} must be in (0, 1), not {value}", name, value=getattr(cfg, name))
+    for name in ("steps", "minutes", "lr"):
+        if getattr(cfg, name) is not None and not getattr(cfg, name) > 0:
+            raise OptionError("{} must be positive, not {value}", name, value=getattr(cfg, name))
+    for name in ("batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
+        if getattr(cfg, name) < 1:
+            raise OptionError("{} must be at least 1, not {value}", name, value=getattr(cfg, name))
+    for name in ("warmup", "weight_decay", "max_grad_norm", "seed", "eval_samples", "keep"):
+        if getattr(cfg, name) < 0:
+            raise OptionError("{} must be at least 0, not {value}", name, value=getattr(cfg, name))
+
+
+def resume_rules(cls: type = TrainOptions) -> dict[str, str]:
+    """Each field's resume rule (RESUME_RULES); a TypeError naming a field that declares none, so
+    a new option cannot slip through `--resume` unchecked."""
+    rules = {f.name: f.metadata.get("resume") for f in dataclasses.fields(cls)}
+    missing = [name for name, rule in rules.items() if rule not in RESUME_RULES]
+    if missing:
+        raise TypeError(f"{cls.__name__} field(s) {', '.join(missing)} declare no resume rule: give each "
+                        f"_option(rule, default) with a rule of {', '.join(RESUME_RULES)}")
+    return rules
+
+
 # Manifest entries that say when and from where data was made, not what it holds.
 _DATA_IGNORED = ("args", "created", "bertkit_version")
 RUN_MARKERS = ("config.json", "checkpoints", "metrics.jsonl", "model")  # what a previous run left
-
-
-def parse_overrides(text: str | None) -> dict:
-    """`--config-json`: a JSON object, inline or in a file, of BertConfig fields."""
-    if not text:
-        return {}
-    source: object = None
-    if not text.lstrip().startswith("{"):
-        source = Path(text)
-        if not source.is_file():
-            raise UserError("--config-json: neither a JSON object nor a file", source)
-        text = source.read_text(encoding="utf-8")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"--config-json is not valid JSON ({e})", source) from None
-    if not isinstance(value, dict):
-        raise UserError("--config-json must be a JSON object of model config fields", source)
-    return value
 
 
 def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
@@ -165,10 +209,6 @@ def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
     continued pretraining, the starting model's own config."""
     if cfg.init_from:
         return _init_config(cfg, manifest)
-    names = {f.name for f in dataclasses.fields(BertConfig)}
-    unknown = sorted(set(cfg.config_overrides) - names)
-    if unknown:
-        raise UserError(f"--config-json: unknown model config field(s) {', '.join(unknown)}")
     changes = {"vocab_size": int(manifest["vocab_size"]), "pad_token_id": int(manifest["pad_id"]),
                **cfg.config_overrides}
     if cfg.objective == "ltr":
@@ -293,7 +333,8 @@ def check_resume(cfg: TrainConfig, checkpoint_dir: Path, manifest: dict) -> dict
     out = Path(cfg.out)
     saved = read_run_config(out) if (out / "config.json").is_file() else {}
     before, now = _in_force(saved), cfg.to_dict()
-    problems = _differences(before, now, _RESUME_FIXED)
+    rules = resume_rules(type(cfg))
+    problems = _differences(before, now, [k for k, rule in rules.items() if rule == FIXED])
     if "data" in saved:
         keys = sorted(set(saved["data"]) | set(manifest))
         old_data = {k: v for k, v in saved["data"].items() if k not in _DATA_IGNORED}
@@ -311,8 +352,7 @@ def check_resume(cfg: TrainConfig, checkpoint_dir: Path, manifest: dict) -> dict
     if problems:
         raise UserError(f"--resume with settings that differ from the checkpoint it continues: {'; '.join(problems)}"
                         f" (give the run's own settings, or start a new run in another --out)", out)
-    return {k: [before.get(k), now[k]] for k in now
-            if k not in _RESUME_IGNORED and k not in _RESUME_FIXED and before.get(k) != now[k]}
+    return {k: [before.get(k), now[k]] for k in now if rules[k] in (CHANGEABLE, RESOLVED) and before.get(k) != now[k]}
 
 
 def run_record(cfg: TrainConfig, model: dict, manifest: dict, extra: dict, resumed_step: int | None,

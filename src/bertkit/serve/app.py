@@ -4,7 +4,9 @@ A POST request goes: phase check (503 while loading or draining) -> bounded body
 model choice -> the queue bound (429) -> validate and tokenize on the tokenizing thread ->
 rows to the batcher (the model runs on its worker thread) -> the response built on the
 tokenizing thread again. The event loop only moves bytes, so a long tokenization or forward
-pass never stalls other clients.
+pass never stalls other clients. From the body's end, a task watches for the client going away;
+if it goes before its answer, its rows still queued are dropped (`Batcher.cancel`, counted in
+/metrics) and the request ends as 499.
 
 The model a request uses is its "model" field, a name given as `--model NAME=DIR`; without one,
 the first model given. With a single model the field is not checked, as TEI ignores it (OpenAI
@@ -113,17 +115,31 @@ class Service:
             raise ApiError(429, f"queue full ({self.limits.max_queue} requests waiting); retry later")
         loop = asyncio.get_running_loop()
         self.in_flight += 1
+        gone = asyncio.ensure_future(_disconnected(request.receive))
         try:
             work = await loop.run_in_executor(self.pool, PREPARE[route], spec, body, self.limits)
-            outputs = []
-            if work.op is not None:
-                job = Job(loop, len(work.rows))
-                self.batcher.submit([Row((spec.name, work.op), ids, types, job, i)
-                                     for i, (ids, types) in enumerate(work.rows)])
-                outputs = await job.future
+            outputs = [] if work.op is None else await self._outputs(spec, work, gone)
             return 200, await loop.run_in_executor(self.pool, work.finish, outputs)
         finally:
+            gone.cancel()
             self.in_flight -= 1
+
+    async def _outputs(self, spec: ModelSpec, work: routes.Work, gone: asyncio.Future) -> list:
+        """The outputs of `work`'s rows from the batcher; if the client goes away first (`gone`),
+        its rows still waiting are dropped and ClientDisconnect is raised."""
+        from starlette.requests import ClientDisconnect
+
+        job = Job(asyncio.get_running_loop(), len(work.rows))
+        queued = not gone.done()
+        if queued:
+            self.batcher.submit([Row((spec.name, work.op), ids, types, job, i)
+                                 for i, (ids, types) in enumerate(work.rows)])
+            await asyncio.wait({job.future, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if job.future.done():
+            return job.future.result()
+        job.future.cancel()
+        self.metrics.cancelled(self.batcher.cancel(job) if queued else len(work.rows))
+        raise ClientDisconnect
 
     def info(self) -> dict:
         from bertkit import __version__
@@ -131,6 +147,13 @@ class Service:
         return {"version": __version__, "phase": self.phase, "backend": self.backend_name,
                 "default_model": self.default, "models": [s.info() for s in self.specs.values()],
                 "limits": asdict(self.limits)}
+
+
+async def _disconnected(receive) -> None:
+    """Returns once the client has gone away. The body is read by then, so the server's next
+    message is http.disconnect (uvicorn sends it when the connection closes)."""
+    while (await receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # any other message: look again, without spinning
 
 
 def error_response(e: ApiError):

@@ -82,16 +82,13 @@ class TorchBackend:
         subclass this and override `load` alone."""
         from bertkit import heads
         from bertkit.model import BertModel, set_unpadding
+        from bertkit.quantize import maybe_int8
 
         if spec.kind == "encoder":
             model = BertModel.from_pretrained(spec.path)
         else:
             model = getattr(heads, _HEADS[spec.kind]).from_pretrained(spec.path)
-        model.eval().to(self.device)
-        if spec.int8:
-            from bertkit.quantize import quantize_int8
-
-            model = quantize_int8(model, inplace=True)  # raises on a non-CPU device
+        model = maybe_int8(model.eval().to(self.device), spec.int8)  # raises on a non-CPU device
         set_unpadding(model, enabled=self.device.type == "cpu")
         return model, model if spec.kind == "encoder" else model.encoder
 

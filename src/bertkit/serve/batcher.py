@@ -11,6 +11,10 @@ rows) stays within `max_tokens` and `max_size`. Grouping by length keeps padding
 longer than the budget on its own still runs, alone. Only rows for the same model and operation
 share a batch, and only the first `WINDOW` waiting rows are looked at, so one batch costs little
 however long the queue is.
+
+A request whose client went away is cancelled (`Batcher.cancel`): its rows still waiting leave the
+queue before any batch is taken, so they never reach the model (text-embeddings-inference drops
+such entries the same way); rows already in a running batch finish and their outputs are dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 WINDOW = 4096  # waiting rows a batch is chosen from
 
@@ -69,7 +73,7 @@ class Job:
 
 
 def _settle(future: asyncio.Future, result, error) -> None:
-    if future.done():  # the client went away and its handler was cancelled
+    if future.done():  # the client went away and its job was cancelled
         return
     if error is not None:
         future.set_exception(error)
@@ -84,7 +88,6 @@ class Row:
     type_ids: list[int]
     job: Job
     index: int  # this row's place in its job's outputs
-    extra: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -121,6 +124,14 @@ class Batcher:
         with self._cond:
             self._pending.extend(rows)
             self._cond.notify()
+
+    def cancel(self, job: Job) -> int:
+        """Drop `job`'s rows that are still waiting (its client went away); how many were dropped."""
+        with self._cond:
+            kept = [row for row in self._pending if row.job is not job]
+            dropped = len(self._pending) - len(kept)
+            self._pending = kept
+        return dropped
 
     @property
     def waiting(self) -> int:

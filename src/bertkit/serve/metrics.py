@@ -1,8 +1,9 @@
 """The server's Prometheus metrics (GET /metrics), in a registry of its own per app.
 
 Request counts and latency by route and status; the queue (rows waiting for a batch, requests
-accepted and not yet answered); and each forward pass's rows, real and padded tokens and time,
-so the batcher's effect (rows per batch, padding) can be read off a running server.
+accepted and not yet answered); requests whose client went away before their answer, and the rows
+that spared the model; and each forward pass's rows, real and padded tokens and time, so the
+batcher's effect (rows per batch, padding) can be read off a running server.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class Metrics:
               registry=r).set_function(waiting)
         Gauge("bertkit_serve_requests_in_flight", "requests accepted and not yet answered",
               registry=r).set_function(in_flight)
+        self.cancelled_requests = Counter("bertkit_serve_cancelled_requests",
+                                          "requests whose client disconnected before they were answered", registry=r)
+        self.cancelled_rows = Counter("bertkit_serve_cancelled_rows",
+                                      "rows of those requests dropped before they reached the model", registry=r)
         self.batch_size = Histogram("bertkit_serve_batch_size", "rows per forward pass",
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
         self.batch_tokens = Histogram("bertkit_serve_batch_tokens", "real tokens per forward pass",
@@ -43,6 +48,11 @@ class Metrics:
         self.batch_tokens.observe(stats.tokens)
         self.batch_padded.observe(stats.padded_tokens)
         self.batch_seconds.observe(stats.seconds)
+
+    def cancelled(self, rows: int) -> None:
+        """A request whose client went away; `rows` of its rows never ran."""
+        self.cancelled_requests.inc()
+        self.cancelled_rows.inc(rows)
 
     def request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()

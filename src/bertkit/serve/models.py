@@ -13,7 +13,7 @@ read by `finetune.registry.saved_settings`):
 | question-answering | span head (SQuAD) | /qa |
 
 Every kind embeds with its encoder, as `bertkit embed` does for a directory of any head, pooled
-as its sentence-transformers files say (`search.encoder.model_pooling`; mean otherwise).
+as its sentence-transformers files say (`st.model_pooling`; mean otherwise).
 
 With `--backend onnx` the directory is a `bertkit export` folder and the kind comes from its
 `onnx.json`: an embedding graph serves the embedding routes, a head graph its head's route and
@@ -87,7 +87,7 @@ def _max_length(path: Path, config, kind: str, saved: dict) -> int:
     if kind == "question-answering":
         return min(limit, int(saved.get("max_seq_len") or QA_WINDOW))
     if settings.is_file():
-        from bertkit.search.encoder import model_pooling
+        from bertkit.st import model_pooling
 
         return min(limit, model_pooling(path)[1])
     return limit
@@ -121,7 +121,7 @@ def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = F
 def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec:
     from bertkit.finetune.registry import saved_settings
     from bertkit.hf import load_config
-    from bertkit.search.encoder import model_pooling
+    from bertkit.st import model_pooling
     from bertkit.tokenizer import Tokenizer
 
     if meta.get("kind") not in _EXPORT_KINDS:
@@ -146,7 +146,7 @@ def _describe_weights(name: str, path: Path, int8: bool = False) -> ModelSpec:
     from bertkit.finetune.feature_ner import TAGGER_CONFIG
     from bertkit.finetune.registry import saved_settings
     from bertkit.hf import heads_in, load_config, weight_shapes
-    from bertkit.search.encoder import model_pooling
+    from bertkit.st import model_pooling
     from bertkit.tokenizer import Tokenizer
 
     config = load_config(path)

@@ -1,0 +1,136 @@
+"""A pretraining run's options declared once: `TrainConfig` is complete once built, every check of
+the options is its own (the CLI prints the same error with flags for fields), every field says what
+`--resume` may do with it, and the CLI's choices are the tables TrainConfig checks against."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from bertkit.data.masking import MaskingConfig
+from bertkit.pretrain.recipes import RECIPE_FIELDS, RECIPES
+from bertkit.pretrain.report import status_line
+from bertkit.pretrain.setup import (
+    CHANGEABLE,
+    FIXED,
+    INITS,
+    INVOCATION,
+    OBJECTIVES,
+    PRECISIONS,
+    RESOLVED,
+    RESUME_RULES,
+    OptionError,
+    TrainConfig,
+    TrainOptions,
+    resume_rules,
+)
+
+
+# ---- resume rules ----
+def test_every_field_declares_a_resume_rule():
+    rules = resume_rules(TrainConfig)
+    assert list(rules) == [f.name for f in dataclasses.fields(TrainConfig)]
+    assert set(rules.values()) <= set(RESUME_RULES)
+
+
+def test_a_new_field_without_a_resume_rule_is_refused():
+    for base in (TrainOptions, TrainConfig):
+        grown = dataclasses.make_dataclass("Grown", [("new_option", int, dataclasses.field(default=0))],
+                                           bases=(base,), frozen=True)
+        with pytest.raises(TypeError, match="new_option declare no resume rule"):
+            resume_rules(grown)
+
+
+def test_resume_rules_are_the_documented_ones():
+    """docs/cli.md: a resume refuses another model shape, objective, batch, seed, masking, weight
+    decay, data or tokenizer; lr, steps, minutes, warm-up, cadences, device and precision may change."""
+    rules = resume_rules(TrainConfig)
+    by_rule = {rule: {name for name, r in rules.items() if r == rule} for rule in RESUME_RULES}
+    assert by_rule[FIXED] == {"objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask",
+                              "mask_rule", "weight_decay", "init_from", "recipe", "dropout", "adam_beta2", "init"}
+    assert by_rule[RESOLVED] == {"data", "preset", "config_overrides", "tokenizer"}  # compared by what they name
+    assert by_rule[INVOCATION] == {"resume", "overwrite"}
+    assert {"lr", "steps", "minutes", "warmup", "save_every", "eval_every", "log_every", "device",
+            "precision"} <= by_rule[CHANGEABLE]
+
+
+# ---- complete once built ----
+def test_a_config_is_complete_once_built_and_stays_so():
+    for recipe in RECIPES:
+        cfg = TrainConfig(data="d", out="o", recipe=recipe, lr=None)
+        assert all(getattr(cfg, name) is not None or RECIPES[recipe][name] is None for name in RECIPE_FIELDS)
+        assert dataclasses.replace(cfg, steps=5) == TrainConfig(data="d", out="o", recipe=recipe, steps=5)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cfg.lr = 1.0  # type: ignore[misc]
+
+
+# ---- each check in one place, named as fields or as flags ----
+@pytest.mark.parametrize("options, as_fields, as_flags", [
+    ({"resume": True, "overwrite": True}, "resume continues a run and overwrite starts it again",
+     "--resume continues a run and --overwrite starts it again"),
+    ({"init_from": "m", "objective": "ltr"}, "init_from continues a bidirectional model: use objective mlm",
+     "--init-from continues a bidirectional model: use --objective mlm"),
+    ({"init_from": "m", "config_overrides": {"num_hidden_layers": 2}}, "config_overrides does not apply with init_from",
+     "--config-json does not apply with --init-from"),
+    ({"config_overrides": {"foo": 1}}, "config_overrides: unknown model config field(s) foo",
+     "--config-json: unknown model config field(s) foo"),
+    ({"config_overrides": {"num_hidden_layers": 0}}, "config_overrides: bad model config: num_hidden_layers",
+     "--config-json: bad model config: num_hidden_layers"),
+    ({"minutes": 1, "warmup": 5}, "with minutes, give warmup as a fraction", "with --minutes, give --warmup as a"),
+    ({"mask_rule": "50/50"}, "mask_rule: expected three percentages", "--mask-rule: expected three percentages"),
+])
+def test_options_that_do_not_go_together_are_named_as_fields_or_as_flags(options, as_fields, as_flags):
+    with pytest.raises(OptionError) as caught:
+        TrainConfig(data="d", out="o", **options)
+    assert as_fields in str(caught.value) and as_flags in caught.value.flags()
+
+
+def test_a_brace_in_a_value_is_text_not_a_template():
+    with pytest.raises(OptionError) as caught:
+        TrainConfig(data="d", out="o", config_overrides={"hidden_size": {"a": 1}})
+    assert "{'a': 1}" in str(caught.value) and "{'a': 1}" in caught.value.flags()
+
+
+def test_the_mask_rule_parser_refuses_what_does_not_sum_to_100():
+    assert MaskingConfig.from_rule("80/10/10").rule == "80/10/10"
+    assert MaskingConfig.from_rule("100/0/0").mask_prob == 1.0
+    for bad in ("50/50", "90/20/10", "-10/60/50", "a/b/c", "nan/nan/nan", ""):
+        with pytest.raises(ValueError, match="three percentages MASK/RANDOM/KEEP summing to 100"):
+            MaskingConfig.from_rule(bad)
+
+
+# ---- the CLI takes its choices from the tables ----
+def test_the_flags_choices_are_the_tables_and_help_needs_no_torch():
+    from bertkit.cli.pretrain import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    choices = {a.dest: a.choices for a in parser._actions if a.choices}
+    assert choices["objective"] == OBJECTIVES and choices["init"] == INITS and choices["precision"] == PRECISIONS
+    assert tuple(choices["recipe"]) == tuple(RECIPES)
+    code = ("import sys\nfrom bertkit.cli import main\ntry:\n    main(['pretrain', '--help'])\nexcept SystemExit:\n"
+            "    pass\nprint('torch' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stderr.strip().splitlines()[-1] == "False", done.stderr
+
+
+# ---- the status line ----
+RECORD = {"step": 1650, "loss": 3.25, "lr": 1e-3, "grad_norm": 0.5, "tokens_per_s": 12345.0, "mfu": None,
+          "elapsed": 240.0, "eta_s": 360.0}
+
+
+def test_a_time_budgeted_status_line_shows_time_used_of_the_budget():
+    line = status_line(RECORD, None, 600.0)
+    assert line.startswith("step    1650 | loss") and "~" not in line
+    assert line.endswith("time  0:04:00 of 0:10:00")
+    later = status_line({**RECORD, "step": 99999, "elapsed": 599.0, "mfu": 0.125}, None, 600.0)
+    assert len(later) == len(line) and "mfu  12.5%" in later  # fixed width
+
+
+def test_a_step_counted_status_line_shows_the_total_and_the_eta():
+    line = status_line(RECORD, 2000, None)
+    assert line.startswith("step    1650/2000    | loss") and line.endswith("eta   0:06:00")
