@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import serve_load  # noqa: E402 - the load test's sentences and model
+import serve_load  # the load test's sentences and model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,8 +51,8 @@ def cpu_ms(step, repeat: int, fastest: bool = False) -> float:
 def linear_flops(config, L: int) -> int:
     """FLOPs (2 per multiply-add) of one L-token text's linear layers: per layer and token, the
     QKV and output projections (4 C^2) and the feed-forward (2 C I)."""
-    C, I = config.hidden_size, config.intermediate_size
-    return config.num_hidden_layers * 2 * L * (4 * C * C + 2 * C * I)
+    C = config.hidden_size
+    return config.num_hidden_layers * 2 * L * (4 * C * C + 2 * C * config.intermediate_size)
 
 
 def attention_flops(config, L: int) -> int:
@@ -67,9 +67,9 @@ def flops_per_text(config, lengths: list[int]) -> tuple[float, float]:
 
 
 def dense_peaks(repeat: int) -> dict:
-    """The CPU's best rates (fastest of `repeat` runs) on BERT-base's feed-forward shape at 8 x 128 tokens (1024 x 768 x 3072):
-    an fp32 matmul, and `torch._int_mm` on operands already int8 (the int8 GEMM alone, no
-    quantisation or rescaling: an upper bound on any int8 linear)."""
+    """The CPU's best rates (fastest of `repeat` runs) on BERT-base's feed-forward shape at
+    8 x 128 tokens (1024 x 768 x 3072): an fp32 matmul, and `torch._int_mm` on operands already
+    int8 (the int8 GEMM alone, no quantisation or rescaling: an upper bound on any int8 linear)."""
     M, K, N = 1024, 768, 3072
     x, w = torch.randn(M, K), torch.randn(N, K)
     xq, wq = torch.randint(-127, 128, (M, K), dtype=torch.int8), torch.randint(-127, 128, (K, N), dtype=torch.int8)

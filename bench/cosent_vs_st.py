@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from embedding_vs_st import SHARED, _summary, train_bertkit, train_sentence_transformers  # noqa: E402
+from embedding_vs_st import SHARED, _summary, train_bertkit, train_sentence_transformers
 
 RECIPE = {"epochs": 1, "lr": 2e-5, "batch_size": 16, "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0,
           "max_seq_len": 128, "scale": 20.0, "pooling": "mean"}

@@ -120,8 +120,10 @@ def contenders(model_dir: Path, folder: Path, feeds: list[dict], varlen: bool) -
     ours8 = quantize_int8(ours)
     hf_fp32, hf_int8 = hf_onnx(model_dir, folder, feeds[0])
     export_onnx(model_dir, folder / "export", int8=True, log=lambda s: print("bertkit export:", s))
-    sessions = {"ORT fp32 (transformers export)": ort_session(hf_fp32), "ORT int8 (quantize_dynamic)": ort_session(hf_int8)}
-    onnx32, onnx8 = OnnxModel.load(folder / "export", threads=1), OnnxModel.load(folder / "export", int8=True, threads=1)
+    sessions = {"ORT fp32 (transformers export)": ort_session(hf_fp32),
+                "ORT int8 (quantize_dynamic)": ort_session(hf_int8)}
+    onnx32 = OnnxModel.load(folder / "export", threads=1)
+    onnx8 = OnnxModel.load(folder / "export", int8=True, threads=1)
 
     def torch_call(model):
         def call():
@@ -257,7 +259,8 @@ def main() -> int:
 
         env = {"torch": torch.__version__, "transformers": transformers.__version__,
                "onnxruntime": onnxruntime.__version__, "cpu": platform.processor() or platform.machine(),
-               "threads": 1, "load_average": os.getloadavg(), "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+               "threads": 1, "load_average": os.getloadavg(),
+               "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"shape": vars(args) | {"json": str(args.json)}, "env": env, **results},
                                         indent=2) + "\n")

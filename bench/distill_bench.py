@@ -121,7 +121,8 @@ def sst2_part(args, work: Path, minilm: str) -> dict:
             work / f"sst2-student-{layers}" / "model").eval()
     timing = speed(models, length_batches(tokenizer, texts), args.rounds, "teacher")
     teacher_acc = next(iter(students.values()))["teacher_dev"]["accuracy"]
-    rows = {"teacher": {"layers": models["teacher"].config.num_hidden_layers, "accuracy": teacher_acc, "kept": 1.0, **timing["teacher"]}}
+    rows = {"teacher": {"layers": models["teacher"].config.num_hidden_layers, "accuracy": teacher_acc, "kept": 1.0,
+                        **timing["teacher"]}}
     for layers, d in students.items():
         rows[f"student-{layers}"] = {"layers": layers, "teacher_layers": d["student"]["teacher_layers"],
                                      "accuracy": d["student_dev"]["accuracy"], "kept": d["kept"],
@@ -151,8 +152,8 @@ def embedding_part(args, work: Path, minilm: str) -> dict:
     models = {"teacher": load_encoder(minilm)[0].eval(), "student-2": load_encoder(out / "model")[0].eval()}
     timing = speed(models, length_batches(tokenizer, texts), args.rounds, "teacher")
     return {"sentences": args.sentences,
-            "rows": {"teacher": {"layers": models["teacher"].config.num_hidden_layers, "spearman": d["teacher_dev"]["spearman"], "kept": 1.0,
-                                 **timing["teacher"]},
+            "rows": {"teacher": {"layers": models["teacher"].config.num_hidden_layers,
+                                 "spearman": d["teacher_dev"]["spearman"], "kept": 1.0, **timing["teacher"]},
                      "student-2": {"layers": 2, "teacher_layers": d["student"]["teacher_layers"],
                                    "spearman": d["student_dev"]["spearman"], "kept": d["kept"],
                                    "parameters": d["student_parameters"], **timing["student-2"]}}}

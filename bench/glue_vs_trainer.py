@@ -9,10 +9,11 @@ the same hyper-parameters: all-MiniLM-L6-v2, batch 32, max length 128, lr 5e-5, 
 warm-up 10%, weight decay 0.01, gradient norm clipped at 1.0, length-grouped batches; --adam-eps
 passes one Adam epsilon to both (without it each keeps its own default: bertkit 1e-6, Trainer 1e-8).
 --pipelines runs only some of the two: training on the CPU is deterministic, so a pipeline whose
-recipe did not change need not run again. Each finished run's results.json is copied (atomically) to RESULTS/<task>/<pipeline>-seed<k>.json;
-a run whose file exists is skipped, so the same command resumes an interrupted table. After
-each pair, docs/results/glue-vs-trainer.md's table (between bench/glue_table.py's markers), RESULTS/summary.json
-and RESULTS/table.png are redrawn from whatever runs exist. --render-only just redraws them.
+recipe did not change need not run again. Each finished run's results.json is copied (atomically)
+to RESULTS/<task>/<pipeline>-seed<k>.json; a run whose file exists is skipped, so the same command
+resumes an interrupted table. After each pair, docs/results/glue-vs-trainer.md's table (between
+bench/glue_table.py's markers), RESULTS/summary.json and RESULTS/table.png are redrawn from
+whatever runs exist. --render-only just redraws them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import glue_table  # bench/ is not a package
-
 from bertkit.io import write_json, write_text
 
 FOLDERS = {"mrpc": "MRPC", "rte": "RTE", "stsb": "STS-B", "cola": "CoLA", "sst2": "SST-2"}

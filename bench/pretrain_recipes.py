@@ -308,7 +308,8 @@ def main(argv=None) -> int:
     out = Path(args.json)
     png = Path(args.png) if args.png else out.with_suffix(".png")
     plot(runs, png, args.minutes)
-    command = "OMP_NUM_THREADS=1 python bench/pretrain_recipes.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = argv if argv is not None else sys.argv[1:]
+    command = "OMP_NUM_THREADS=1 python bench/pretrain_recipes.py " + " ".join(given)
     write_json(out, {"date": TODAY, "command": command.strip(), "minutes": args.minutes, "preset": PRESET,
                      "vocab_size": VOCAB, "max_seq_len": SEQ, "threads": torch.get_num_threads(),
                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "runs": runs, **summary,

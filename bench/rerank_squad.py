@@ -33,7 +33,8 @@ A third continues the second on the rest of the training half, 4 negatives a que
     python bench/rerank_squad.py --init runs/rerank-stage2/reranker/model --offset 2928 --train-queries 1650 \
         --negatives dense --negatives-per-query 4 --spread 2 --lr 1e-4 --threads 2 --work runs/rerank-stage3 \
         --out docs/results/retrieval/rerank-squad-stage3.json
-    python bench/rerank_squad.py ...the same... --eval-queries 600 --out docs/results/retrieval/rerank-squad-stage3-600.json
+    python bench/rerank_squad.py ...the same... --eval-queries 600 \
+        --out docs/results/retrieval/rerank-squad-stage3-600.json
 """
 
 from __future__ import annotations
@@ -173,8 +174,9 @@ def main(argv=None) -> int:
         if not (work / "reranker" / "model" / "config.json").exists():
             subprocess.run([sys.executable, "-m", "bertkit.cli", "finetune", "--model", args.init or minilm,
                             "--task", "rerank",
-                            "--train", str(work / "train.jsonl"), "--dev", str(work / "dev.jsonl"), *TRAIN, "--lr", args.lr,
-                            "--seeds", "1", "--overwrite", "--out", str(work / "reranker")], check=True, env=env)
+                            "--train", str(work / "train.jsonl"), "--dev", str(work / "dev.jsonl"), *TRAIN,
+                            "--lr", args.lr, "--seeds", "1", "--overwrite", "--out", str(work / "reranker")],
+                           check=True, env=env)
         train_seconds = time.perf_counter() - start
 
         qids = sorted(test_qrels)

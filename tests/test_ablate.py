@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from finetune_helpers import write_conll, write_mrpc, write_squad, write_sst2
 
 from bertkit.ablate import cells as cells_module
 from bertkit.ablate.plan import build_plan
@@ -24,6 +23,7 @@ from bertkit.ablate.report import (
     sign_verdict,
 )
 from bertkit.cli import main
+from finetune_helpers import write_conll, write_mrpc, write_squad, write_sst2
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_rerun_after_a_kill_skips_finished_cells(inputs, tmp_path, monkeypatch):
         ran.append(cell.id)
         return real[cell.kind](cell, plan, ctx)
 
-    monkeypatch.setattr(cells_module, "EXECUTORS", {k: killed_at_fourth_finetune for k in real})
+    monkeypatch.setattr(cells_module, "EXECUTORS", dict.fromkeys(real, killed_at_fourth_finetune))
     assert ablate(inputs, out, *args) == 130
     first = records(out)
     assert set(first) == set(ran) and len([r for r in ran if r.startswith("finetune")]) == 3
@@ -223,7 +223,7 @@ def test_a_dead_processs_claim_is_taken_over(inputs, tmp_path, monkeypatch):
     def interrupted(cell, plan, ctx):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cells_module, "EXECUTORS", {k: interrupted for k in real})
+    monkeypatch.setattr(cells_module, "EXECUTORS", dict.fromkeys(real, interrupted))
     assert ablate(inputs, out, *args) == 130  # the folder is started, no cell done
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

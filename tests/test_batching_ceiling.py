@@ -9,9 +9,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import batching_ceiling  # noqa: E402
-
-from bertkit import BertConfig, BertModel  # noqa: E402
+import batching_ceiling
+from bertkit import BertConfig, BertModel
 
 CONFIG = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=64)

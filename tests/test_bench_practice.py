@@ -30,15 +30,14 @@ def test_domain_task_holds_out_whole_books(tmp_path):
     assert all(text in corpus for text, _ in rows["train.tsv"][:50])  # training passages are in-domain text
     assert not any(text in corpus for text, _ in rows["dev.tsv"])  # the held-out books never are
     assert all(len(text.split()) <= domain_adapt.WORDS for text, _ in rows["dev.tsv"])
-    held_out = {b for b in counts["held_out_books"]}
+    held_out = set(counts["held_out_books"])
     assert held_out and all((books / b).exists() for b in held_out)
 
 
 def test_reranker_rows_come_from_the_training_half(tmp_path):
     squad = shared_path("squad", "dev-v1.1.json")
-    from bertkit.data.beir import read_corpus, read_qrels, read_queries, squad_to_beir
-
     import rerank_squad
+    from bertkit.data.beir import read_corpus, read_qrels, read_queries, squad_to_beir
 
     squad_to_beir(squad, tmp_path)
     queries, corpus = read_queries(tmp_path / "queries.jsonl"), read_corpus(tmp_path / "corpus.jsonl")

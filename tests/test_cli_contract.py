@@ -92,7 +92,8 @@ CASES = [
     Case(FT, "out: is a file", {"out": "not a folder"}),
     Case(FT, "out: holds a previous fine-tuning result; pass --overwrite", {"out/results.json": "{}"}),
     Case(f"{FT} --overwrite", "out: is a folder of other files", {"out/notes.txt": "mine"}),
-    Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: expected a JSON object", {"m/config.json": "[1,2,3]"}),
+    Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: expected a JSON object",
+         {"m/config.json": "[1,2,3]"}),
     Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: no vocab_size", {"m/config.json": "{}"}),
     Case(FT.replace("$tiny", "m"), "m/config.json: bad model config: hidden_size must be an integer", BAD_CONFIG),
     Case(FT.replace("$tiny", "$evil"), "pytorch_model.bin: cannot read weights safely"),
@@ -355,7 +356,8 @@ CASES = [
     Case("ablate --out abl --data-dir .", "--corpus is required"),
     Case("ablate --corpus $corpus --out abl --plan-only --report-only", "--plan-only and --report-only"),
     Case("ablate --corpus $corpus --out abl --data-dir . --tasks mrpc", "glue/MRPC/train.tsv: no such file"),
-    Case("ablate --corpus $corpus --out abl --data-dir . --tasks mrpc --only t5-bert", "abl: is a folder of other files",
+    Case("ablate --corpus $corpus --out abl --data-dir . --tasks mrpc --only t5-bert",
+         "abl: is a folder of other files",
          {"glue/MRPC/train.tsv": "x", "glue/MRPC/dev.tsv": "x", "abl/notes.txt": "mine"}),
 ]
 

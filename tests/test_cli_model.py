@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 import bertkit
 from bertkit.cli import main
-from bertkit.fill_mask import fill_mask as predict, load_masked_lm
-
+from bertkit.fill_mask import fill_mask as predict
+from bertkit.fill_mask import load_masked_lm
 
 
 def start(*args: str) -> subprocess.Popen:

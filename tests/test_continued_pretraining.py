@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import torch
-from pretrain_helpers import TINY, weights
 
 from bertkit import BertConfig, BertForMaskedLM, BertModel, Tokenizer
 from bertkit.cli import main
+from pretrain_helpers import TINY, weights
 
 LOW_LR = ("--lr", "1e-9", "--warmup", "0")  # two steps that barely move the weights
 

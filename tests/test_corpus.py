@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import re
 import subprocess
 import sys
 import textwrap
@@ -71,7 +72,7 @@ def test_compressed_and_jsonl(tmp_path):
     with lzma.open(tmp_path / "b.txt.xz", "wt", encoding="utf-8") as f:
         f.write(WRAPPED)
     assert list(read_documents(tmp_path / "a.txt.gz")) == list(read_documents(tmp_path / "b.txt.xz"))
-    assert len(list(read_documents(tmp_path / "a.txt.gz"))[0]) == 4
+    assert len(next(iter(read_documents(tmp_path / "a.txt.gz")))) == 4
     jsonl = tmp_path / "c.jsonl"
     jsonl.write_text(json.dumps({"text": "One doc. Two sentences."}) + "\n\n"
                      + json.dumps({"text": WRAPPED, "id": 3}) + "\n")
@@ -199,22 +200,24 @@ def test_not_text_rule(tmp_path):
     assert check("few.txt", b"text with one escape \x1b[0m in it\n" * 10) is None  # 1 in 34 characters
     assert check("nul.txt", b"line one\nline\0 two\n") == ":2: not text: holds NUL bytes (a binary file?)"
     assert check("zeros.txt", b"\0" * 1000) == ":1: not text: holds NUL bytes (a binary file?)"
-    assert check("ctl.txt", bytes(range(1, 9)) * 100) == ": not text: 800 of its first 800 characters are control characters"
+    assert check("ctl.txt", bytes(range(1, 9)) * 100) == (": not text: 800 of its first 800 characters are "
+                                                          "control characters")
     assert check("latin1.txt", "fine\ncaf\xe9\n".encode("latin-1")) == ":2: not valid UTF-8 (byte 3)"
     # A character cut by the end of the 64 KiB head is no error; one at the end of a file is.
     assert check("cut.txt", b"a" * (SNIFF_BYTES - 1) + "\u00e9 more".encode()) is None
     assert check("end.txt", b"abc\xc3") == ":1: not valid UTF-8 (byte 3)"
     with gzip.open(tmp_path / "nul.txt.gz", "wb") as f:  # judged after decompression
         f.write(b"\0" * 100)
-    assert check("nul.txt.gz", (tmp_path / "nul.txt.gz").read_bytes()) == ":1: not text: holds NUL bytes (a binary file?)"
-    with pytest.raises(UserError, match="zeros.txt:1: not text"):
+    gzipped = (tmp_path / "nul.txt.gz").read_bytes()
+    assert check("nul.txt.gz", gzipped) == ":1: not text: holds NUL bytes (a binary file?)"
+    with pytest.raises(UserError, match=re.escape("zeros.txt:1: not text")):
         list(read_lines(tmp_path / "zeros.txt"))
     (tmp_path / "empty.txt").write_text("")
     kept, skipped = text_files([tmp_path / n for n in ("ok.txt", "zeros.txt", "empty.txt", "ctl.txt")])
     assert kept == [tmp_path / "ok.txt"] and len(skipped) == 2 and skipped[0].endswith("; skipped this file")
-    with pytest.raises(UserError, match="zeros.txt:1: not text"):
+    with pytest.raises(UserError, match=re.escape("zeros.txt:1: not text")):
         text_files([tmp_path / "zeros.txt", tmp_path / "ctl.txt"])
-    with pytest.raises(UserError, match="empty.txt: empty file"):
+    with pytest.raises(UserError, match=re.escape("empty.txt: empty file")):
         text_files([tmp_path / "empty.txt"])
 
 

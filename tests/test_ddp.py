@@ -17,7 +17,8 @@ NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
 def _train_losses(out) -> list[float]:
-    return [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    records = map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+    return [r["loss"] for r in records if r["kind"] == "train"]
 
 
 def test_two_processes_match_one(pretraining_data, tmp_path):

@@ -137,8 +137,8 @@ def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):
     rows = summary["label_budgets"]
     assert [r["per_topic"] for r in rows] == [4, 16, "all"] and rows[-1]["labelled_articles"] == 95
     assert all(list(r["accuracy"]) == models[1:] and 0 <= r["accuracy"]["random init"]["mean"] <= 100 for r in rows)
-    assert list(summary["stages"]) == ["corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses",
-                                       "labels", "summary"]
+    assert list(summary["stages"]) == ["corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask",
+                                       "senses", "labels", "summary"]
     assert all(t["seconds"] >= 0 and t["budget_seconds"] > 0 for t in summary["stages"].values())
     md = (out / "summary.md").read_text()
     for text in ("](senses.png)", "](label_budgets.png)", "Validation masked-LM accuracy **", "| 16 |",

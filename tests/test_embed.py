@@ -181,7 +181,7 @@ def test_embed_cli_errors(minilm_dir, tmp_path, capsys):
     # one as a user types it (a run spends most of its time importing torch) ...
     expected = "latin1.txt:2: not valid UTF-8"
     proc = _bertkit(*argv[expected])
-    stdout, stderr = proc.communicate(timeout=300)
+    _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 2, stderr
     assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
     assert stderr.startswith("bertkit embed: error: ") and expected in stderr, stderr

@@ -197,7 +197,8 @@ def test_reranker_loads_in_cross_encoder_and_scores_identically(tiny_dir, rerank
     assert seed["dev"]["mrr@10"] == 1.0
     assert_same_metrics(results, evaluate(capsys, out / "model", "rerank", rows))
     query, passages = pair_rows[0].anchor, [t for r in pair_rows for t in r.texts[1:]]
-    hits = Reranker(out / "model").rerank(query, [{"id": str(i), "text": p, "score": 0.0} for i, p in enumerate(passages)])
+    candidates = [{"id": str(i), "text": p, "score": 0.0} for i, p in enumerate(passages)]
+    hits = Reranker(out / "model").rerank(query, candidates)
     ours = [h["rerank_score"] for h in sorted(hits, key=lambda h: int(h["id"]))]
     cross = st.CrossEncoder(str(out / "model"), device="cpu")
     theirs = cross.predict([(query, p) for p in passages])
@@ -236,7 +237,7 @@ def _brute_force_cost(lengths, max_groups, group_cost):
     for k in range(1, max_groups + 1):
         for cuts in itertools.combinations(range(1, len(ls)), k - 1):
             edges = (0, *cuts, len(ls))
-            best = min(best, sum((b - a) * ls[b - 1] + group_cost for a, b in zip(edges, edges[1:])))
+            best = min(best, sum((b - a) * ls[b - 1] + group_cost for a, b in itertools.pairwise(edges)))
     return best
 
 

@@ -9,6 +9,7 @@ run and stay close; `embed` and `evaluate --backend onnx` must give what the tor
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +18,13 @@ import torch
 
 ort = pytest.importorskip("onnxruntime")
 
-from finetune_helpers import run_cli, write_sst2
-
 from bertkit import BertConfig, Tokenizer, UserError
 from bertkit.embed import embed_texts, load_encoder
 from bertkit.export import writer
 from bertkit.export.writer import export_onnx, sample_inputs
 from bertkit.heads import HEADS
 from bertkit.model import BertModel
+from finetune_helpers import run_cli, write_sst2
 
 TEXTS = ["the movie was very good .", "a film", "the plot was dull and the cast was weak , really boring .", "ok"]
 SHAPES = ((4, 11), (1, 3), (5, 40))  # none of them the traced (2, 16)
@@ -141,7 +141,7 @@ def test_each_head_graph_matches_pytorch(tiny_dir, tmp_path, head, attention):
 
 def test_export_refused_above_tolerance_writes_nothing(st_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "compare", lambda *a: {"token_embeddings": 0.5, "sentence_embedding": 0.1})
-    with pytest.raises(UserError, match="differs from PyTorch by 5.00e-01, more than the tolerance"):
+    with pytest.raises(UserError, match=re.escape("differs from PyTorch by 5.00e-01, more than the tolerance")):
         export_onnx(st_dir, tmp_path / "out", log=lambda _: None)
     assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
 
@@ -225,13 +225,13 @@ def test_serve_backend_on_an_export_answers_as_the_torch_backend(tiny_dir, st_di
 
 def test_serve_backend_onnx_through_a_real_server_answers_as_torch(tiny_dir, st_dir, st_export, tmp_path):
     """`bertkit serve --backend onnx`: an embedding export serves /embed with the torch model's
-    vectors (int8 close to them, as are `--backend torch --int8`'s); a classifier export serves /predict with the torch labels and
-    scores, and refuses /embed, which its graph cannot give."""
+    vectors (int8 close to them, as are `--backend torch --int8`'s); a classifier export serves
+    /predict with the torch labels and scores, and refuses /embed, which its graph cannot give."""
     import httpx
-    from serve_helpers import serving
 
     from bertkit.serve.app import Service
     from bertkit.serve.models import describe
+    from serve_helpers import serving
 
     cls_dir = _head_dir(tiny_dir, tmp_path, "BertForSequenceClassification")
     export_onnx(cls_dir, tmp_path / "cls-onnx", log=lambda _: None)

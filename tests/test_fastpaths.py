@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
-from bertkit.model import attention_mask_for_sdpa
-from bertkit.model import set_unpadding
+from bertkit.model import attention_mask_for_sdpa, set_unpadding
 
 B, T = 13, 7
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -301,7 +300,8 @@ def test_int8_quantization_replaces_linears_and_stays_close():
     model = BertForSequenceClassification(tiny()).eval()
     q = quantize_int8(model)
     assert is_quantized(q) and not is_quantized(model)
-    assert type(q.encoder.layers[0].qkv).__name__ == "Linear" and "quantized" in type(q.encoder.layers[0].qkv).__module__
+    qkv = type(q.encoder.layers[0].qkv)
+    assert qkv.__name__ == "Linear" and "quantized" in qkv.__module__
     ids, mask, segments = ragged_batch()
     with torch.no_grad():
         a, b = model(ids, mask, segments).logits, q(ids, mask, segments).logits

@@ -8,6 +8,7 @@ load strictly and run to the same logits. Zero-shot STS-B uses the real MiniLM c
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import random
 import subprocess
@@ -18,8 +19,20 @@ import pytest
 import torch
 
 from conftest import shared_path
-from finetune_helpers import (ENV, assert_same_metrics, evaluate, finetune, run_cli, write_conll, write_mrpc,
-                              sentence, write_squad, write_sst2, write_stsb)
+from finetune_helpers import (
+    ENV,
+    assert_same_metrics,
+    evaluate,
+    finetune,
+    run_cli,
+    sentence,
+    write_conll,
+    write_mrpc,
+    write_squad,
+    write_sst2,
+    write_stsb,
+)
+
 
 def test_sst2_through_subprocess_then_evaluate_and_transformers(tiny_dir, tmp_path):
     write_sst2(tmp_path / "train.tsv", 26, 0)
@@ -141,7 +154,7 @@ def test_epoch_batches_cover_each_example_once_and_group_by_length():
     # long) as transformers' LengthGroupedSampler yields each mega-batch: consecutive batches'
     # mean lengths rise about as often as they fall.
     means = [sum(lengths[i] for i in b) / len(b) for b in grouped]
-    rises = sum(later > earlier for earlier, later in zip(means, means[1:])) / (len(means) - 1)
+    rises = sum(later > earlier for earlier, later in itertools.pairwise(means)) / (len(means) - 1)
     assert 0.3 < rises < 0.7, rises
 
 
@@ -262,7 +275,8 @@ def test_output_replaced_only_with_overwrite_and_a_failed_run_leaves_nothing(tin
             "--dev", tmp_path / "dev.tsv", "--out", out, "--epochs", "1", "--seeds", "1", "--max-seq-len", "16",
             "--no-progress")
     assert run_cli(*args) == 0
-    assert "note: 0 training and 1 dev inputs were longer than 16 tokens and were cut to them" in capsys.readouterr().out
+    assert ("note: 0 training and 1 dev inputs were longer than 16 tokens and were cut to them"
+            in capsys.readouterr().out)
     assert run_cli("evaluate", "--model", out / "model", "--task", "sst2", "--data", tmp_path / "dev.tsv") == 0
     assert "bertkit evaluate: note: 1 of 5 inputs were longer than 16 tokens" in capsys.readouterr().err
     results = (out / "results.json").read_bytes()

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from finetune_helpers import ENV, finetune, write_sst2
 
 EXTRA = ("--epochs", "2", "--lr", "3e-3", "--warmup", "0")  # 40 examples, batch 8: 5 steps per epoch
@@ -127,7 +128,6 @@ def test_trainer_script_scores_predictions_against_the_labels_beside_them(task):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import hf_trainer_finetune
-
     from bertkit.data.glue import glue_task
 
     spec = glue_task(task)

@@ -40,7 +40,8 @@ def test_goal_check_and_rendering(tmp_path):
     assert cola["bertkit"] is None and not cola["complete"]
     table = glue_table.render(summary)
     lines = table.splitlines()
-    assert lines[2] == "| RTE | accuracy | bertkit | 62.00 | 2.00 | 60.00 | 64.00 | 102 | 0.5200 | quality yes (>= 61.00); time yes (Trainer/bertkit 1.96x per pair) |"
+    assert lines[2] == ("| RTE | accuracy | bertkit | 62.00 | 2.00 | 60.00 | 64.00 | 102 | 0.5200 | "
+                        "quality yes (>= 61.00); time yes (Trainer/bertkit 1.96x per pair) |")
     assert rte["trainer"]["train_loss"] == pytest.approx(0.52) and lines[3].endswith("| 200 | 0.5200 | |")
     assert rte["time_ratio"] == pytest.approx(200 / 102) and mrpc["time_ratio"] == pytest.approx(2 / 3)
     assert "quality **no** (>= 70.50); time **no** (Trainer/bertkit 0.67x per pair)" in lines[4]

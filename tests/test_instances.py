@@ -7,6 +7,7 @@ each of its segments came from.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -57,7 +58,7 @@ def _doc_of_token(store: TokenStore) -> np.ndarray:
 
 
 def test_nsp_instances(tmp_path):
-    store, ids, meta, doc_of, _ = _build(tmp_path, "nsp", dupe_factor=3)
+    _, ids, meta, doc_of, _ = _build(tmp_path, "nsp", dupe_factor=3)
     n = len(ids)
     assert n > 4000
     labels = meta[:, 2]
@@ -116,7 +117,7 @@ def test_dataset_batch(tmp_path, fmt):
     assert batch["input_ids"].shape == (5, MAX_LEN) and batch["input_ids"].dtype == torch.long
     assert np.array_equal(batch["input_ids"].numpy(), ids[picks])
     for k, i in enumerate(picks):
-        length, a_length, label = meta[i]
+        length, a_length, _ = meta[i]
         assert batch["attention_mask"][k].tolist() == [1] * length + [0] * (MAX_LEN - length)
         expected_types = [0] * a_length + [1] * (length - a_length) + [0] * (MAX_LEN - length)
         assert batch["token_type_ids"][k].tolist() == expected_types
@@ -130,7 +131,7 @@ def test_dataset_batch(tmp_path, fmt):
 
 
 def test_dataset_refuses_a_bad_folder(tmp_path):
-    with pytest.raises(UserError, match="no manifest.json"):
+    with pytest.raises(UserError, match=re.escape("no manifest.json")):
         PretrainingDataset(tmp_path)
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):

@@ -10,11 +10,18 @@ import sys
 import pytest
 
 from bertkit.cli import main as cli
-from bertkit.data.ner import (IGNORE_INDEX, Sentence, align_labels, encode_sentences, read_conll, tag_list,
-                              to_iob2, word_predictions)
+from bertkit.data.ner import (
+    IGNORE_INDEX,
+    Sentence,
+    align_labels,
+    encode_sentences,
+    read_conll,
+    tag_list,
+    to_iob2,
+    word_predictions,
+)
 from bertkit.errors import UserError
 from bertkit.tokenizer import Tokenizer
-
 from conftest import shared_path
 
 

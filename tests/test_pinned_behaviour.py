@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bertkit.cli import main as cli
-from pretrain_helpers import tiny_args
 from finetune_helpers import write_conll, write_sst2
+from pretrain_helpers import tiny_args
 
 EXPECTED = Path(__file__).parent / "expected"
 WRITE = os.environ.get("BERTKIT_WRITE_EXPECTED") == "1"

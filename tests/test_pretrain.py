@@ -17,7 +17,6 @@ from bertkit.pretrain.objective import Objective, next_token_labels
 from pretrain_helpers import tiny_args
 
 
-
 def test_next_token_labels_stop_at_padding():
     ids = torch.tensor([[2, 10, 11, 3, 0, 0, 0], [2, 12, 13, 14, 15, 16, 3]])
     mask = (ids != 0).long()
@@ -82,7 +81,7 @@ def test_command_end_to_end(pretraining_data, tmp_path, capsys, one_thread):
     assert saved["train"]["steps"] == 12 and saved["train"]["objective"] == "mlm+nsp"
     # The final model loads strictly in transformers, with its tokenizer beside it.
     transformers = pytest.importorskip("transformers")
-    model, info = transformers.BertForPreTraining.from_pretrained(out / "model", output_loading_info=True)
+    _, info = transformers.BertForPreTraining.from_pretrained(out / "model", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert (out / "model" / "vocab.txt").read_text() == (pretraining_data / "tok" / "vocab.txt").read_text()
 

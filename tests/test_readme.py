@@ -78,7 +78,7 @@ def _write_workspace(root: Path) -> None:
     for i in range(4):
         docs = ["\n".join(" ".join(sentence() for _ in range(3)) for _ in range(6)) for _ in range(25)]
         (corpus / f"part{i}.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    for name, n, seed in (("train.tsv", 48, 1), ("dev.tsv", 16, 2)):
+    for name, n in (("train.tsv", 48), ("dev.tsv", 16)):
         rows = [(f"{sentence()} it was {'good' if y else 'bad'} .", "yes" if y else "no")
                 for y in (True, False) * (n // 2)]
         (root / name).write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from pretrain_helpers import TINY, run
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
@@ -20,6 +19,7 @@ from bertkit.heads import BertForMaskedLM
 from bertkit.pretrain import TrainConfig
 from bertkit.pretrain.recipes import RECIPES, set_dropout
 from bertkit.train.optim import lr_at_time
+from pretrain_helpers import TINY, run
 
 PEAK = 1e-3
 

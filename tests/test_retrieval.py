@@ -103,7 +103,8 @@ def test_metrics_equal_sentence_transformers_information_retrieval_evaluator():
 def _squad(path: Path, articles: int) -> Path:
     data = [{"title": f"Article_{a}", "paragraphs": [
         {"context": f"paragraph {p} of article {a} about good film", "qas": [
-            {"id": f"q{a}-{p}-{i}", "question": f"question {i} on {a} {p}", "answers": [{"text": "paragraph", "answer_start": 0}]}
+            {"id": f"q{a}-{p}-{i}", "question": f"question {i} on {a} {p}",
+             "answers": [{"text": "paragraph", "answer_start": 0}]}
             for i in range(2)]} for p in range(3)]} for a in range(articles)]
     path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
     return path
@@ -122,7 +123,8 @@ def test_beir_squad_splits_articles_deterministically_and_reads_back(tmp_path):
     train, test = (read_qrels(tmp_path / "one" / "qrels" / f"{s}.tsv") for s in ("train", "test"))
     assert corpus["a001p002"] == "Article 1 paragraph 2 of article 1 about good film"
     assert len(queries) == 36 and set(train) | set(test) == set(queries) and not set(train) & set(test)
-    articles = {split: {next(iter(docs))[:4] for docs in qrels.values()} for split, qrels in (("tr", train), ("te", test))}
+    articles = {split: {next(iter(docs))[:4] for docs in qrels.values()}
+                for split, qrels in (("tr", train), ("te", test))}
     assert not articles["tr"] & articles["te"] and len(articles["tr"]) == 3  # whole articles on each side
     assert {**train, **test}["q1-2-0"] == {"a001p002"}
     from bertkit.data.squad import split_articles

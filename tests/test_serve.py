@@ -22,13 +22,14 @@ from types import SimpleNamespace
 import httpx
 import numpy as np
 import pytest
-from serve_helpers import gated, make_model_dirs, serving
 
 from bertkit.serve.batcher import Batcher, Job, Row, take_batch
 from bertkit.serve.requests import Limits
+from serve_helpers import gated, make_model_dirs, serving
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXTS = ["the movie was good .", "a film", "john was in paris river .", "the plot was very dull and the cast was weak ."]
+TEXTS = ["the movie was good .", "a film", "john was in paris river .",
+         "the plot was very dull and the cast was weak ."]
 
 
 # ---- the batcher's policy: pure ----
@@ -139,9 +140,10 @@ def test_predict_rerank_and_fill_mask_match_the_library(url, dirs):
         probs = model(torch.tensor([tok.encode(TEXTS[0], TEXTS[1]).ids]),
                       token_type_ids=torch.tensor([tok.encode(TEXTS[0], TEXTS[1]).type_ids])).logits.softmax(-1)[0]
     got = post(url, "/predict", {"model": "cls", "inputs": [TEXTS[0], TEXTS[1]]}).json()  # a pair
-    assert [g["label"] for g in got] == sorted(["negative", "positive"], key=lambda n: -float(probs[int(n == "positive")]))
-    assert {g["label"]: g["score"] for g in got} == pytest.approx({"negative": float(probs[0]), "positive": float(probs[1])},
-                                                                  abs=1e-5)
+    assert [g["label"] for g in got] == sorted(["negative", "positive"],
+                                               key=lambda n: -float(probs[int(n == "positive")]))
+    assert {g["label"]: g["score"] for g in got} == pytest.approx(
+        {"negative": float(probs[0]), "positive": float(probs[1])}, abs=1e-5)
     batch = post(url, "/predict", {"model": "cls", "inputs": [[TEXTS[0], TEXTS[1]], [TEXTS[2]]]}).json()
     assert len(batch) == 2 and [(g["label"], pytest.approx(g["score"], abs=1e-6)) for g in got] == [
         (g["label"], g["score"]) for g in batch[0]]
@@ -217,8 +219,8 @@ def test_tokenize_info_health_and_metrics(url):
     info = httpx.get(url + "/info").json()
     kinds = {m["name"]: (m["kind"], m["labels"]) for m in info["models"]}
     assert kinds == {"mlm": ("masked-lm", []), "cls": ("classifier", ["negative", "positive"]),
-                     "rank": ("classifier", ["score"]), "ner": ("token-classifier", NER), "tags": ("token-classifier", NER),
-                     "qa": ("question-answering", [])}
+                     "rank": ("classifier", ["score"]), "ner": ("token-classifier", NER),
+                     "tags": ("token-classifier", NER), "qa": ("question-answering", [])}
     assert "/rerank" in info["models"][2]["routes"] and "/rerank" not in info["models"][1]["routes"]
     text = httpx.get(url + "/metrics").text
     assert re.search(r'bertkit_serve_requests_total\{route="/tokenize",status="200"\} [1-9]', text)
@@ -285,7 +287,8 @@ def test_a_slow_body_times_out_and_the_server_stays_up(dirs):
     with serving(_service(dirs, ("mlm",), Limits(body_timeout=0.5))) as base:
         port = int(base.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{")
+            s.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 40\r\n\r\n{")
             started = time.monotonic()
             s.settimeout(5)
             reply = s.recv(4096).decode()

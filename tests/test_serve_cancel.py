@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serve_helpers import gated, make_model_dirs, serving
 
 from bertkit.serve.requests import Limits
+from serve_helpers import gated, make_model_dirs, serving
 
 
 @pytest.fixture(scope="module")

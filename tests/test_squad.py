@@ -5,6 +5,7 @@ mapped back to the exact original text, reading and splitting the real dev file,
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -12,10 +13,9 @@ import numpy as np
 import pytest
 
 from bertkit.data.squad import SquadExample, make_features, read_squad, split_articles
-from bertkit.eval.squad import decode_answers as postprocess
 from bertkit.errors import UserError
+from bertkit.eval.squad import decode_answers as postprocess
 from bertkit.tokenizer import Tokenizer
-
 from conftest import shared_path
 
 # 40 one-token words; word 25 is "Café" (uncased vocabulary: "cafe"), followed by two spaces.
@@ -106,7 +106,7 @@ def test_read_squad_and_split_by_article(tmp_path):
     with pytest.raises(UserError, match="answer 'xyz' is not at character 0"):
         read_squad(bad)
     bad.write_text('{"data": [')
-    with pytest.raises(UserError, match="bad.json:1: not valid JSON"):
+    with pytest.raises(UserError, match=re.escape("bad.json:1: not valid JSON")):
         read_squad(bad)
 
 

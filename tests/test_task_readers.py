@@ -10,10 +10,8 @@ import sys
 import pytest
 
 from bertkit.cli import main as cli
-from bertkit.data.glue import (GLUE, glue_task, label_list, read_glue, read_predictions, read_table,
-                                write_predictions)
+from bertkit.data.glue import GLUE, glue_task, label_list, read_glue, read_predictions, read_table, write_predictions
 from bertkit.errors import UserError
-
 from conftest import shared_path
 
 
@@ -164,7 +162,7 @@ def test_score_squad_ids_must_match_the_gold_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{pred}: none of its 5 question ids" in err and str(gold) in err, err
     # Some match: scored, with one warning giving the counts (the rest score 0, as official).
-    pred.write_text(json.dumps({**{i: "x" for i in ids[:4]}, "other": "x"}), encoding="utf-8")
+    pred.write_text(json.dumps({**dict.fromkeys(ids[:4], "x"), "other": "x"}), encoding="utf-8")
     assert cli(["score", "--task", "squad", "--gold", str(gold), "--pred", str(pred)]) == 0
     captured = capsys.readouterr()
     assert captured.err == (f"bertkit score: warning: 4 of the 5 predictions in {pred} match the 12 gold questions of "
@@ -172,6 +170,6 @@ def test_score_squad_ids_must_match_the_gold_file(tmp_path, capsys):
     result = json.loads(captured.out)
     assert result["count"] == 12 and result["missing"] == 8
     # All match: no warning.
-    pred.write_text(json.dumps({i: "x" for i in ids}), encoding="utf-8")
+    pred.write_text(json.dumps(dict.fromkeys(ids, "x")), encoding="utf-8")
     assert cli(["score", "--task", "squad", "--gold", str(gold), "--pred", str(pred)]) == 0
     assert capsys.readouterr().err == ""

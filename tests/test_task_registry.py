@@ -28,10 +28,10 @@ class ToneTask(HeadTask):
     name = "tone"
     main_metric = "accuracy"
     prediction_suffix = ".tsv"
-    labels = ["blame", "praise"]
 
     def __init__(self, tokenizer, max_seq_len: int):
         self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
+        self.labels = ["blame", "praise"]
 
     @classmethod
     def from_settings(cls, tokenizer, settings: dict, model_dir=None, rt=None) -> ToneTask:

@@ -13,6 +13,7 @@ import gzip
 import json
 import lzma
 import random
+import re
 import subprocess
 import sys
 
@@ -79,7 +80,8 @@ def hf_uncased(bert_vocab):
     return transformers.BertTokenizerFast.from_pretrained(str(bert_vocab.parent))
 
 
-@pytest.mark.parametrize("text", list(SINGLE_CASES), ids=["accents", "cjk", "control", "punct", "wordpiece", "long", "empty"])
+@pytest.mark.parametrize("text", list(SINGLE_CASES),
+                         ids=["accents", "cjk", "control", "punct", "wordpiece", "long", "empty"])
 def test_single_text_exact(uncased, text):
     tokens, ids, offsets, word_ids = SINGLE_CASES[text]
     e = uncased.encode(text)
@@ -310,5 +312,5 @@ def test_a_folder_with_only_tokenizer_json_loads_the_same_tokenizer(tmp_path):
     assert again.vocab == tok.vocab and again.lowercase is False
     assert again.encode("hello worlds").ids == tok.encode("hello worlds").ids
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {}}}', encoding="utf-8")
-    with pytest.raises(UserError, match="tokenizer.json: not a WordPiece tokenizer"):
+    with pytest.raises(UserError, match=re.escape("tokenizer.json: not a WordPiece tokenizer")):
         Tokenizer.from_pretrained(tmp_path)

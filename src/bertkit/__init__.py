@@ -6,7 +6,7 @@ tokenize, prepare) start without importing torch.
 
 from __future__ import annotations
 
-import importlib
+from bertkit.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -24,15 +24,4 @@ _EXPORTS = {
     "Tokenizer": "bertkit.tokenizer",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

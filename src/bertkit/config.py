@@ -73,7 +73,8 @@ class BertConfig:
             raise ValueError(f"classifier_dropout must be null or a number in [0, 1), not {self.classifier_dropout!r}")
         if self.pad_token_id is not None and (not _is_int(self.pad_token_id)
                                               or not 0 <= self.pad_token_id < self.vocab_size):
-            raise ValueError(f"pad_token_id must be an id below vocab_size {self.vocab_size}, not {self.pad_token_id!r}")
+            raise ValueError(f"pad_token_id must be an id below vocab_size {self.vocab_size}, "
+                             f"not {self.pad_token_id!r}")
         if not isinstance(self.hidden_act, str):
             raise ValueError(f"hidden_act must be a string, not {self.hidden_act!r}")
 
@@ -92,14 +93,14 @@ class BertConfig:
         never visible in saved files."""
         return -(-self.vocab_size // 64) * 64
 
-    def replace(self, **changes) -> "BertConfig":
+    def replace(self, **changes) -> BertConfig:
         return dataclasses.replace(self, **changes)
 
-    def with_labels(self, labels) -> "BertConfig":
+    def with_labels(self, labels) -> BertConfig:
         return self.replace(id2label={i: str(name) for i, name in enumerate(labels)})
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "BertConfig":
+    def preset(cls, name: str, **overrides) -> BertConfig:
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)

@@ -3,9 +3,10 @@
 `pool` turns token vectors into one vector per text ([CLS], or the mean or max over real tokens,
 padding ignored); `select_layers` picks and combines hidden layers (the paper's best NER feature
 was the concatenation of the last four); `embed_texts` runs a whole list of texts through the
-encoder, and `token_features` keeps every token's vector instead (`bertkit features`). Texts are batched longest first so each batch pads to a similar length, which on
-mixed-length input is several times faster than input order; rows come back in input order.
-`load_encoder` reads the encoder out of a model directory of any head (the head is skipped).
+encoder, and `token_features` keeps every token's vector instead (`bertkit features`). Texts are
+batched longest first so each batch pads to a similar length, which on mixed-length input is several
+times faster than input order; rows come back in input order. `load_encoder` reads the encoder out
+of a model directory of any head (the head is skipped).
 
 Mean pooling counts [CLS] and [SEP] like every real token, as sentence-transformers does, so a
 sentence-transformers checkpoint gives its published vectors.

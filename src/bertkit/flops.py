@@ -21,8 +21,8 @@ from bertkit.config import BertConfig
 
 def encoder_matrix_params(config: BertConfig) -> int:
     """Weights multiplied per token in the encoder: 4 C^2 (QKV + output) + 2 C I per layer."""
-    C, I = config.hidden_size, config.intermediate_size
-    return config.num_hidden_layers * (4 * C * C + 2 * C * I)
+    C = config.hidden_size
+    return config.num_hidden_layers * (4 * C * C + 2 * C * config.intermediate_size)
 
 
 def step_flops(config: BertConfig, lengths: list[int], labelled: int = 0, training: bool = False) -> float:

@@ -229,7 +229,7 @@ def weight_shapes(model_dir: str | Path) -> dict[str, list[int]]:
 
     try:
         with safe_open(str(weights), "np") as f:  # "np": reading names and shapes needs no torch
-            return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+            return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - safe_open is no dict
     except Exception as e:  # safetensors raises several types for a corrupt file
         raise UserError(f"cannot read weights: {_first_line(e)}", weights) from None
 

@@ -167,7 +167,7 @@ class PackedAttention:
             a = varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0) if self.causal else (-1, -1))
             return a.reshape(N, C)
         parts, rows = [], []
-        for L, idx in self.packing.groups:
+        for _, idx in self.packing.groups:  # idx: (G, L) packed rows of the sequences of one length L
             q, k, v = packed[idx].permute(2, 0, 3, 1, 4)  # (G, L, 3, H, D) -> 3 x (G, H, L, D)
             o = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=self.causal)
             parts.append(o.transpose(1, 2).reshape(-1, H, D))  # (G*L, H, D)
@@ -286,7 +286,7 @@ class BertModel(PretrainedMixin, nn.Module):
         for the pooler), after full attention: last_hidden_state is then (N, C) in that order.
         Unpadded, outputs are zero at padding; the pooler reads position 0, so pad on the right."""
         B, T = input_ids.shape
-        if T > self.config.max_position_embeddings:
+        if T > self.config.max_position_embeddings:  # noqa: SIM300 - T is the sequence length, not a constant
             raise ValueError(
                 f"sequence of {T} tokens exceeds max_position_embeddings "
                 f"{self.config.max_position_embeddings}: truncate the input"

@@ -5,8 +5,9 @@ pooler and task heads) are stored as int8 with one scale per output channel; act
 quantized on the fly per batch, and the matmuls run in int8 (fbgemm / oneDNN on x86, qnnpack on
 ARM). Per-channel scales matter here: with one scale per tensor, the fused QKV matrix shares a
 scale across query, key and value, and all-MiniLM-L6-v2's sentence vectors drift to cosine 0.93
-of fp32's, against 0.97 per channel (64 SST-2 sentences). Embeddings, LayerNorm, softmax and GELU stay fp32. On CPU this is ~2x faster than fp32
-for BERT-base at a cost of a fraction of a point of accuracy (bench/README.md has the numbers).
+of fp32's, against 0.97 per channel (64 SST-2 sentences). Embeddings, LayerNorm, softmax and GELU
+stay fp32. On CPU this is ~2x faster than fp32 for BERT-base at a cost of a fraction of a point of
+accuracy (bench/README.md has the numbers).
 
 The result is for inference only: no gradients, CPU only, not saveable as a model directory
 (save the fp32 model and quantize after loading).

@@ -158,7 +158,7 @@ class Tokenizer:
 
     # ---- loading and saving ----
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> "Tokenizer":
+    def from_pretrained(cls, path: str | os.PathLike) -> Tokenizer:
         """From a model directory's vocab.txt (with tokenizer_config.json's casing), or, where a
         directory has only tokenizer.json (as sentence-transformers >= 6 saves), its WordPiece
         vocabulary and its normalizer's casing."""
@@ -198,7 +198,7 @@ class Tokenizer:
 
     @classmethod
     def train(cls, files: Iterable[str | os.PathLike], vocab_size: int = 30522, lowercase: bool = True,
-              min_frequency: int = 2, limit_alphabet: int = 1000, show_progress: bool = True) -> "Tokenizer":
+              min_frequency: int = 2, limit_alphabet: int = 1000, show_progress: bool = True) -> Tokenizer:
         """Learn a WordPiece vocabulary from UTF-8 text files (.txt, .gz, .xz), streamed line by line.
 
         The same files and options give the same vocabulary on every run and machine

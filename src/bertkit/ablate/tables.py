@@ -96,7 +96,8 @@ TABLE6 = Table("t6", "Table 6: model size (same steps, same batch, same data)", 
 
 TABLE7 = Table("t7", "Table 7: feature-based CoNLL-2003 NER", (Column("CoNLL-2003 dev (F1)", "conll", "f1"),), (
     Row("t7-fine-tune", "fine-tuning", BERT, {"CoNLL-2003 dev (F1)": 96.4}),
-    Row("t7-embeddings", "features: embeddings (first layer)", BERT, {"CoNLL-2003 dev (F1)": 91.0}, how="fb-embeddings"),
+    Row("t7-embeddings", "features: embeddings (first layer)", BERT, {"CoNLL-2003 dev (F1)": 91.0},
+        how="fb-embeddings"),
     Row("t7-second-to-last", "features: second-to-last hidden", BERT, {"CoNLL-2003 dev (F1)": 95.6},
         how="fb-second-to-last"),
     Row("t7-last", "features: last hidden", BERT, {"CoNLL-2003 dev (F1)": 94.9}, how="fb-last"),

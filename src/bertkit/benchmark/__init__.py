@@ -20,7 +20,7 @@ from bertkit.benchmark.spec import CASES, CaseSpec, Options, Workload, selected
 from bertkit.benchmark.timing import measure_peak, time_interleaved
 from bertkit.flops import matrix_rate
 
-__all__ = ["CASES", "Options", "run_benchmarks", "markdown_table", "selected"]
+__all__ = ["CASES", "Options", "markdown_table", "run_benchmarks", "selected"]
 
 
 def build(spec: CaseSpec, opts: Options) -> Workload:

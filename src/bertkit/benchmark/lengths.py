@@ -36,7 +36,8 @@ def shared_data_dir() -> Path | None:
     candidates = []
     if os.environ.get("BERTKIT_SHARED"):
         candidates.append(Path(os.environ["BERTKIT_SHARED"]) / "data")
-    candidates += [Path(__file__).resolve().parents[3].parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    candidates += [Path(__file__).resolve().parents[3].parent / "shared" / "data",
+                   Path.cwd().parent / "shared" / "data"]
     return next((p for p in candidates if p.is_dir()), None)
 
 

@@ -82,8 +82,10 @@ def summary_line(r: dict) -> str:
                      f"paired {o['paired_ratio']:.2f}x)"
                      for name, o in r["others"].items())
     return (f"{r['case']:<26} bertkit {r['bertkit_seq_per_s']:>9,.2f} seq/s {r['bertkit_tokens_per_s']:>11,.0f} tok/s "
-            f"{_fmt(r['bertkit_tflops'], '.3f')} TFLOP/s MFU {_fmt(r['bertkit_mfu'] and 100 * r['bertkit_mfu'], '.1f')}% "
-            f"peak {_fmt(r['bertkit_peak_mib'], ',.0f')} MiB | transformers {_fmt(r['transformers_seq_per_s'], ',.2f')} "
+            f"{_fmt(r['bertkit_tflops'], '.3f')} TFLOP/s "
+            f"MFU {_fmt(r['bertkit_mfu'] and 100 * r['bertkit_mfu'], '.1f')}% "
+            f"peak {_fmt(r['bertkit_peak_mib'], ',.0f')} MiB | "
+            f"transformers {_fmt(r['transformers_seq_per_s'], ',.2f')} "
             f"seq/s peak {_fmt(r.get('transformers_peak_mib'), ',.0f')} MiB | ratio {_fmt(r['ratio'], '.2f')}x "
             f"(paired {_fmt(r.get('paired_ratio'), '.2f')}x)"
             f"{others} | max |diff|: {diff}")

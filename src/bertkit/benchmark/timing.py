@@ -53,7 +53,8 @@ def time_interleaved(contenders: list[Contender], device: torch.device, warmup: 
             c.step()
             sync(device)
             c.times.append(time.perf_counter() - start)
-        status("  round %d/%d: %s" % (r + 1, repeats, "  ".join(f"{c.name} {c.times[-1] * 1e3:.0f} ms" for c in contenders)))
+        last = "  ".join(f"{c.name} {c.times[-1] * 1e3:.0f} ms" for c in contenders)
+        status(f"  round {r + 1}/{repeats}: {last}")
 
 
 def _proc_status_kb(field_name: str) -> int | None:

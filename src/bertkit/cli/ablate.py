@@ -88,8 +88,9 @@ def job_from_args(args):
         if value:
             command += [flag, ",".join(value)]
     return AblationJob(corpus=list(args.corpus or []), out=args.out, scale=args.scale, seeds=tuple(args.seeds),
-                       tasks=tuple(args.tasks) if args.tasks else None, only=args.only, data_dir=args.data_dir or _default_data_dir(),
-                       device=args.device, workers=args.workers, command=shlex.join(command))
+                       tasks=tuple(args.tasks) if args.tasks else None, only=args.only,
+                       data_dir=args.data_dir or _default_data_dir(), device=args.device, workers=args.workers,
+                       command=shlex.join(command))
 
 
 def run(args) -> int:

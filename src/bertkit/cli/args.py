@@ -25,7 +25,8 @@ def _number(text: str, kind):
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, not {text!r}") from None
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
     if kind is float and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
     return value
@@ -140,7 +141,8 @@ def tokenizer_dir(text: str) -> str:
     """A folder holding vocab.txt or tokenizer.json (a tokenizer or a model directory)."""
     existing_dir(text)
     if not any((Path(text) / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
-        raise argparse.ArgumentTypeError(f"{text}: no vocab.txt or tokenizer.json (a tokenizer or model folder holds one)")
+        raise argparse.ArgumentTypeError(f"{text}: no vocab.txt or tokenizer.json "
+                                         "(a tokenizer or model folder holds one)")
     return text
 
 

@@ -44,7 +44,7 @@ def run(args) -> int:
     specs = selected(args.cases, device)
     transformers_module()  # fail early, with the install hint, before any work
     opts = Options(device=device, compile=args.compile, int8=args.int8)
-    records, context = run_benchmarks(specs, opts, args.repeats, args.warmup, on_record=_writer(args.json))
+    records, _ = run_benchmarks(specs, opts, args.repeats, args.warmup, on_record=_writer(args.json))
     print()
     print(markdown_table(records))
     if args.json:

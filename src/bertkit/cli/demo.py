@@ -18,7 +18,8 @@ def add_arguments(parser) -> None:
                         help="model size preset; tiny is 2 layers, hidden 128")
     parser.add_argument("--articles-per-topic", type=positive_int, default=None,
                         help="use only this many articles of each topic (a quicker, smaller demo; default: all)")
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the split, weights and order (default: 0)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0,
+                        help="seed of the split, weights and order (default: 0)")
 
 
 def check(args) -> None:

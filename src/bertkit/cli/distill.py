@@ -57,7 +57,8 @@ def add_arguments(parser) -> None:
     a("--out", required=True, help="output folder: model/, results.json, distill.json, predictions, plots")
     add_overwrite(parser, "distillation result")
     a("--temperature", type=positive_float, default=2.0, help="softmax temperature of the soft targets")
-    a("--soft-weight", type=nonnegative_float, default=1.0, help="weight of the soft-target loss (KL; MSE for regression)")
+    a("--soft-weight", type=nonnegative_float, default=1.0,
+      help="weight of the soft-target loss (KL; MSE for regression)")
     a("--hard-weight", type=nonnegative_float, default=1.0, help="weight of the gold-label loss")
     a("--cosine-weight", type=nonnegative_float, default=1.0,
       help="weight of the last-hidden-state cosine loss (equal widths only)")
@@ -137,6 +138,7 @@ def run(args) -> int:
                                                      is not None else ""))
     print(f"  parameters: teacher {d['teacher_parameters']:,}, student {d['student_parameters']:,}; "
           f"student from {d['student'].get('init') or d['student'].get('from')}"
-          + (f" layers {','.join(map(str, d['student']['teacher_layers']))}" if "teacher_layers" in d["student"] else ""))
+          + (f" layers {','.join(map(str, d['student']['teacher_layers']))}"
+             if "teacher_layers" in d["student"] else ""))
     print(f"saved the student to {args.out}/model; results in {args.out}/results.json and distill.json")
     return 0

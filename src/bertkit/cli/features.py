@@ -71,10 +71,9 @@ def run(args) -> int:
     features, offsets, tokens = token_features(model, tokenizer, sentences, args.layers, args.combine, args.max_length,
                                                args.batch_size, device, report=report)
     note_cut("features", report["cut"], len(sentences), report["max_length"])
-    with atomic_path(args.out) as tmp:
-        with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
-            np.savez(f, features=features, offsets=offsets, tokens=np.asarray(tokens, dtype=np.str_),
-                     layers=np.asarray(args.layers, dtype=np.int64), combine=np.asarray(args.combine))
+    with atomic_path(args.out) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
+        np.savez(f, features=features, offsets=offsets, tokens=np.asarray(tokens, dtype=np.str_),
+                 layers=np.asarray(args.layers, dtype=np.int64), combine=np.asarray(args.combine))
     print(f"{len(sentences)} sentences, {features.shape[0]} tokens x {features.shape[1]} features "
           f"(layers {','.join(map(str, args.layers))}, {args.combine}) in {time.time() - t0:.1f}s -> {args.out}")
     return 0

@@ -27,7 +27,8 @@ def add_arguments(parser) -> None:
                        help="UTF-8 text files (.txt/.gz/.xz) or folders searched recursively for them")
     train.add_argument("--vocab-size", type=int_at_least(len(SPECIAL_TOKENS) + 1), required=True,
                        help="entries in the vocabulary, specials included")
-    train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case, strip accents)")
+    train.add_argument("--cased", action="store_true",
+                       help="keep case and accents (default: lower-case, strip accents)")
     train.add_argument("--min-frequency", type=positive_int, default=2, help="least count for a merged piece")
     train.add_argument("--out", required=True, help="folder to write the tokenizer into")
     add_overwrite(train, "vocabulary")

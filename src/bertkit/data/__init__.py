@@ -3,10 +3,12 @@
 Pretraining: corpus.py (documents and sentences), prepare.py (raw text -> shards), manifest.py,
 shards.py (token store, instance shards, the training dataset), instances.py (NSP pairs and
 packed sequences), masking.py (80/10/10). Fine-tuning: glue.py (GLUE and your own tables),
-squad.py (SQuAD windows), ner.py (CoNLL and first-piece labels). batching.py pads for both.
+squad.py (SQuAD windows), ner.py (CoNLL and first-piece labels), pairs.py (text pairs for
+bi-encoders and cross-encoders). batching.py pads for both. Retrieval: beir.py (BEIR's layout,
+and a BEIR set built from SQuAD).
 """
 
-import importlib
+from bertkit.lazy import lazy_exports
 
 # Imported on first use, so a command that needs only the readers (or only checks its flags)
 # does not import torch through masking.
@@ -21,11 +23,4 @@ _EXPORTS = {
     "PretrainingDataset": "bertkit.data.shards",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'bertkit.data' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -48,7 +48,7 @@ class MaskingConfig:
         return 1.0 - self.mask_prob - self.random_prob
 
     @classmethod
-    def from_rule(cls, rule: str = "80/10/10", rate: float = 0.15, whole_word: bool = False) -> "MaskingConfig":
+    def from_rule(cls, rule: str = "80/10/10", rate: float = 0.15, whole_word: bool = False) -> MaskingConfig:
         """A rule as the paper's Table 8 writes it: percent [MASK] / random / kept, e.g. "80/10/10".
         The one parser of a rule (`bertkit pretrain --mask-rule` and TrainConfig call it)."""
         try:

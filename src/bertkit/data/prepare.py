@@ -212,7 +212,7 @@ def prepare_corpus(inputs: list, tokenizer_dir, out, options: PrepareOptions = P
         }
         tokenizer.save_pretrained(tmp / "tokenizer")
         corpus = {"files": len(found), "skipped_files": warnings, "documents": store.n_documents,
-                  "sentences": int(len(store.sentence_ends)), "tokens": int(len(store.tokens)),
+                  "sentences": len(store.sentence_ends), "tokens": len(store.tokens),
                   "token_dtype": dtype.name}
         recorded = {"input": [str(p) for p in inputs], "tokenizer": str(tokenizer_dir), "out": str(out),
                     **asdict(options)}

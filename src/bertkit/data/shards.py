@@ -43,9 +43,10 @@ class TokenStoreWriter:
     def __init__(self, folder: Path, dtype: np.dtype):
         folder.mkdir(parents=True, exist_ok=True)
         self.dtype = dtype
-        self._tokens = open(folder / "tokens.bin", "wb")
-        self._sentence_ends = open(folder / "sentence_ends.bin", "wb")
-        self._document_ends = open(folder / "document_ends.bin", "wb")
+        # Open across `add` calls until `close()`: no `with` block can hold them.
+        self._tokens = open(folder / "tokens.bin", "wb")  # noqa: SIM115
+        self._sentence_ends = open(folder / "sentence_ends.bin", "wb")  # noqa: SIM115
+        self._document_ends = open(folder / "document_ends.bin", "wb")  # noqa: SIM115
         self.n_tokens = self.n_sentences = self.n_documents = 0
 
     def add(self, ids: np.ndarray, sentence_lengths: np.ndarray, document_sentences: np.ndarray) -> None:
@@ -55,9 +56,9 @@ class TokenStoreWriter:
         self._sentence_ends.write(ends.tobytes())
         doc_ends = self.n_sentences + np.cumsum(document_sentences, dtype=np.int64)
         self._document_ends.write(doc_ends.tobytes())
-        self.n_tokens += int(len(ids))
-        self.n_sentences += int(len(sentence_lengths))
-        self.n_documents += int(len(document_sentences))
+        self.n_tokens += len(ids)
+        self.n_sentences += len(sentence_lengths)
+        self.n_documents += len(document_sentences)
 
     def close(self) -> None:
         for f in (self._tokens, self._sentence_ends, self._document_ends):
@@ -100,7 +101,7 @@ class TokenStore:
         tok_at = np.concatenate(([0], sent_ends))
         sentences = doc_ends[documents] - doc_starts[documents]
         tokens = tok_at[doc_ends[documents]] - tok_at[doc_starts[documents]]
-        return {"documents": int(len(documents)), "sentences": int(sentences.sum()), "tokens": int(tokens.sum())}
+        return {"documents": len(documents), "sentences": int(sentences.sum()), "tokens": int(tokens.sum())}
 
 
 class InstanceWriter:

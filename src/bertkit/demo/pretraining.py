@@ -54,7 +54,8 @@ def fill_mask_examples(model_dir: Path, top_k: int = 5) -> list[dict]:
     out = []
     for text in FILL_MASK:
         guesses = fill_mask(model, tokenizer, text, top_k)[0]["guesses"]
-        print(f"  {text}\n    -> " + ", ".join(f"{g['token']} ({100 * g['probability']:.1f}%)" for g in guesses), flush=True)
+        shown = ", ".join(f"{g['token']} ({100 * g['probability']:.1f}%)" for g in guesses)
+        print(f"  {text}\n    -> {shown}", flush=True)
         out.append({"text": text, "top": [g["token"] for g in guesses],
                     "probabilities": [round(g["probability"], 4) for g in guesses]})
     return out

@@ -33,7 +33,8 @@ SENSES = {
             "The players walked slowly off the court after the second set.",
             "Federer hit a forehand deep into the corner of the court before the umpire called it out.",
             "She served an ace down the middle and then walked back to the baseline of the court.",
-            "After losing the first set and arguing with the umpire about a line call, he smashed his racket on the court.",
+            "After losing the first set and arguing with the umpire about a line call, "
+            "he smashed his racket on the court.",
         ],
     },
     "bank": {
@@ -162,7 +163,8 @@ def compare_senses(encoders: dict, w2v) -> dict:
             "senses": senses,
             "labels": [f"{i + 1} {sense}: {snippet(s, word)}" for i, (s, sense) in enumerate(zip(sentences, senses))],
             "sentences": sentences,
-            "models": {name: {**separation(sim, senses), "cosine": sim.round(4).tolist()} for name, sim in models.items()},
+            "models": {name: {**separation(sim, senses), "cosine": sim.round(4).tolist()}
+                       for name, sim in models.items()},
             # the one static vector sits among the words of the sense the training articles use most
             "word2vec_nearest": [w for w, _ in w2v.wv.most_similar(word, topn=6)] if static is not None else [],
         }

@@ -22,7 +22,8 @@ def pretraining_lines(s: dict) -> list[str]:
         f"{p['minutes']:.1f} minutes on {plan['threads']} CPU thread(s): "
         f"{steps:,} steps of {32} sequences of up to {plan['max_seq_len']} tokens, on the "
         f"{s['articles']['train']:,} training articles of BBC News (a {plan['vocab_size']:,}-entry WordPiece "
-        f"vocabulary learned from them). The {s['articles']['held_out']:,} held-out articles are never seen in pretraining."),
+        f"vocabulary learned from them). The {s['articles']['held_out']:,} held-out articles are never seen "
+        "in pretraining."),
         "",
         "## What it learned",
         "",
@@ -31,14 +32,16 @@ def pretraining_lines(s: dict) -> list[str]:
         "",
     ]
     for f in s["fill_mask"]:
-        lines.append(f"- {f['text']} -> " + ", ".join(f"{t} ({100 * q:.1f}%)" for t, q in zip(f["top"], f["probabilities"])))
+        guesses = ", ".join(f"{t} ({100 * q:.1f}%)" for t, q in zip(f["top"], f["probabilities"]))
+        lines.append(f"- {f['text']} -> {guesses}")
     return lines
 
 
 def senses_lines(s: dict) -> list[str]:
     words = list(s["senses"])
     names = list(s["senses"][words[0]]["models"])
-    header = "| model | " + " | ".join(f"'{w}' within | across | separation | same-sense neighbours" for w in words) + " |"
+    columns = " | ".join(f"'{w}' within | across | separation | same-sense neighbours" for w in words)
+    header = f"| model | {columns} |"
     lines = [
         "## Static vs contextual: one word, two senses",
         "",
@@ -56,7 +59,8 @@ def senses_lines(s: dict) -> list[str]:
         for w in words:
             m = s["senses"][w]["models"].get(name)
             cells += ["n/a"] * 4 if m is None else [f"{m['within']:.3f}", f"{m['across']:.3f}",
-                                                    f"{m['separation']:+.3f}", f"{100 * m['neighbours_same_sense']:.0f}%"]
+                                                    f"{m['separation']:+.3f}",
+                                                    f"{100 * m['neighbours_same_sense']:.0f}%"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", *_senses_verdicts(s["senses"])]
     return lines
@@ -75,8 +79,8 @@ def _senses_verdicts(senses: dict) -> list[str]:
         parts = []
         if "Word2Vec" in models:
             near = ", ".join(block.get("word2vec_nearest", []))
-            parts.append(f"Word2Vec gives one vector for every occurrence (separation {models['Word2Vec']['separation']:+.3f}; "
-                         f"its nearest words: {near})")
+            parts.append("Word2Vec gives one vector for every occurrence "
+                         f"(separation {models['Word2Vec']['separation']:+.3f}; its nearest words: {near})")
         for name, m in models.items():
             if name not in ("Word2Vec", "random init") and floor is not None:
                 parts.append(f"{name} {m['separation']:+.3f} against the random floor's {floor:+.3f}")
@@ -116,7 +120,8 @@ def _labels_verdicts(rows: list[dict]) -> list[str]:
         out.append(f"- The demo's pretrained model beats random initialisation at {len(wins)} of {len(rows)} budgets.")
     if "all-MiniLM-L6-v2" in names:
         best = [r for r in rows if max(r["accuracy"], key=lambda n: r["accuracy"][n]["mean"]) == "all-MiniLM-L6-v2"]
-        out.append(f"- all-MiniLM-L6-v2 (trained on about a billion sentence pairs) is best at {len(best)} of {len(rows)} budgets.")
+        out.append(f"- all-MiniLM-L6-v2 (trained on about a billion sentence pairs) is best at {len(best)} "
+                   f"of {len(rows)} budgets.")
     return out
 
 

@@ -19,7 +19,8 @@ def read_scored_pairs(task: str, path, text_columns: list[str] | None = None, la
     if task == "stsb":
         examples, spec = read_glue("stsb", path), glue_task("stsb")
     elif task == "regress" and text_columns and len(text_columns) == 2 and label_column:
-        examples, spec = read_table(path, text_columns, label_column, "regression"), custom_spec("regress", "regression")
+        examples = read_table(path, text_columns, label_column, "regression")
+        spec = custom_spec("regress", "regression")
     else:
         raise UserError("zero-shot similarity scores sentence pairs: use --task stsb, or regress with two "
                         "--text-columns and a --label-column")

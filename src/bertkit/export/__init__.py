@@ -1,5 +1,6 @@
 """`bertkit export`: ONNX graphs of model directories (`writer`), the torch modules traced (`graph`),
-and the ONNX Runtime backend that runs them where torch models run (`backend`).
+the ONNX Runtime backend that runs them where torch models run (`backend`), and `bertkit serve`'s
+backend on an export (`serving`).
 
 This module itself imports nothing heavy: the CLI checks a folder's backend before torch loads.
 """

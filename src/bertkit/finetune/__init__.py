@@ -13,7 +13,7 @@
 - `run.py`: `bertkit finetune` and `bertkit evaluate` as library calls (`run_job`, `evaluate_saved`).
 """
 
-import importlib
+from bertkit.lazy import lazy_exports
 
 # Imported on first use, so `bertkit finetune --help` and a mistyped flag need no torch.
 _EXPORTS = {
@@ -23,11 +23,4 @@ _EXPORTS = {
     **dict.fromkeys(("Batch", "HeadTask", "Prepared", "Runtime", "Task", "TaskBase"), "bertkit.finetune.task"),
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'bertkit.finetune' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -21,4 +21,4 @@ _EXPORTS = {
     "TrainConfig": "bertkit.pretrain.setup",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -78,7 +78,8 @@ class TrainOptions:
     max_grad_norm: float = _option(CHANGEABLE, 1.0)  # clip the global gradient norm; 0 disables
     device: str = _option(CHANGEABLE, "auto")  # "auto", "cpu" or "cuda"
     tokenizer: str | None = _option(RESOLVED, None)  # when given, must be the tokenizer DATA_DIR was prepared with
-    config_overrides: dict = _option(RESOLVED, flag="--config-json", default_factory=dict)  # BertConfig fields
+    # BertConfig fields (`_option` returns a field(): each config gets its own dict from default_factory)
+    config_overrides: dict = _option(RESOLVED, flag="--config-json", default_factory=dict)  # noqa: RUF009
     overwrite: bool = _option(INVOCATION, False)  # start again in a RUN_DIR that holds a previous run, deleting it
     init_from: str | None = _option(FIXED, None)  # continued pretraining: this HF BERT directory's weights
 

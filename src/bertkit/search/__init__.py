@@ -5,5 +5,6 @@ line) and keeps them in a seekable store; `encoder` embeds with a model director
 `vectors` stores the vectors (fp32, fp16 or int8, always .npy without pickles) and scores them
 exactly; `index` builds an index folder in one streaming pass and searches it, through a usearch
 HNSW graph above a size threshold; `rerank` rescores the top hits with a one-label cross-encoder;
-`bm25` is the lexical baseline (bm25s) and `evaluate` runs either retriever over a BEIR set.
+`evaluate` ranks a BEIR set with a bi-encoder or with the lexical baseline, BM25 (bm25s), and
+scores both the same way.
 """

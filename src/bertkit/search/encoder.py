@@ -36,7 +36,8 @@ class Encoder:
 
         own_pooling, own_length = model_pooling(model_dir)
         model, tokenizer = load_encoder_for(model_dir, backend, int8)
-        return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size, device)
+        return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size,
+                   device)
 
     def encode(self, texts: list[str], progress: bool = False, report: dict | None = None) -> np.ndarray:
         from bertkit.embed import embed_texts

@@ -15,7 +15,6 @@ keep index order.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.io import read_json, write_json
 from bertkit.search.passages import PassageStore, read_passages, write_store
 from bertkit.search.vectors import DTYPES, Vectors, VectorWriter
 
@@ -87,14 +87,12 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
             "dim": dim, "dtype": settings.dtype, "cut": cut, "source": str(docs),
             "ann": None if graph is None else {"library": "usearch", "file": ANN_FILE, **asdict(settings)},
             "build_seconds": round(time.perf_counter() - start, 3)}
-    (out / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_json(out / META, meta)
     return meta
 
 
 def read_meta(folder: str | os.PathLike) -> dict:
     """An index folder's meta.json, checked: a UserError naming the folder when it is no index."""
-    from bertkit.io import read_json
-
     folder = Path(folder)
     if not (folder / META).is_file():
         raise UserError("not a search index (no meta.json); build one with `bertkit index`", folder)

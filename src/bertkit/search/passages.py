@@ -78,7 +78,7 @@ class PassageStore:
     def __init__(self, folder: str | os.PathLike):
         folder = Path(folder)
         self.offsets = np.load(folder / OFFSETS, mmap_mode="r", allow_pickle=False)
-        self._file = open(folder / PASSAGES, "rb")
+        self._file = open(folder / PASSAGES, "rb")  # noqa: SIM115 - seeked by `get` until `close()`
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -73,7 +73,7 @@ class Service:
         try:
             for name, spec in self.specs.items():
                 self.backends[name] = self.factory(spec, self.device)
-        except Exception as e:  # noqa: BLE001 - a UserError (bad weights) or anything else: one line, then stop
+        except Exception as e:  # a UserError (bad weights) or anything else: one line, then stop
             self.error = str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
             self.phase = "failed"
             self.on_failure()
@@ -209,7 +209,7 @@ def _post(service: Service, route: str):
             response = error_response(ApiError(422, str(e)))
         except ClientDisconnect:
             response = Response(status_code=499)
-        except Exception as e:  # noqa: BLE001 - a bug or a backend failure: the server stays up
+        except Exception as e:  # a bug or a backend failure: the server stays up
             service.log(f"error on {route}: {type(e).__name__}: {e}")
             response = error_response(ApiError(500, f"{type(e).__name__}: {e}"))
         service.metrics.request(route, response.status_code, time.perf_counter() - start)

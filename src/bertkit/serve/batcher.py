@@ -168,7 +168,7 @@ class Batcher:
             start = time.perf_counter()
             try:
                 outputs = self.run(batch[0].key, batch)
-            except Exception as e:  # noqa: BLE001 - one bad batch fails its own jobs, and the server goes on
+            except Exception as e:  # one bad batch fails its own jobs, and the server goes on
                 for row in batch:
                     row.job.fail(e)
                 continue
