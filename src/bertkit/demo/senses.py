@@ -129,12 +129,25 @@ def train_word2vec(texts: list[str], threads: int, seed: int):
     return Word2Vec(sentences, vector_size=100, window=5, min_count=2, sg=1, epochs=5, workers=threads, seed=seed)
 
 
-def word2vec_vectors(w2v, word: str, sentences: list[str]) -> np.ndarray | None:
-    """(N, 100): the word's one vector, once per sentence (a static embedding ignores context);
-    None when the training articles had too few occurrences of the word to give it a vector."""
-    if word not in w2v.wv:
-        return None
-    return np.stack([w2v.wv[word] for _ in sentences])
+def word2vec_sense_vectors(w2v) -> tuple[dict, dict]:
+    """({word: (N, 100) or None}, {word: nearest words}): the word's one vector once per occurrence
+    (a static embedding ignores context), None when the training articles had too few occurrences
+    of the word to give it a vector; and the words nearest that one vector."""
+    vectors, nearest = {}, {}
+    for word in SENSES:
+        sentences, _ = occurrences(word)
+        if word not in w2v.wv:
+            vectors[word], nearest[word] = None, []
+            continue
+        vectors[word] = np.stack([w2v.wv[word] for _ in sentences])
+        # the one static vector sits among the words of the sense the training articles use most
+        nearest[word] = [w for w, _ in w2v.wv.most_similar(word, topn=6)]
+    return vectors, nearest
+
+
+def word_vectors(model, tokenizer) -> dict:
+    """{word: (N, C)}: a BERT's last-layer vector of each occurrence of each word in SENSES."""
+    return {word: bert_vectors(model, tokenizer, word, occurrences(word)[0]) for word in SENSES}
 
 
 def snippet(sentence: str, word: str, around: int = 2) -> str:
@@ -145,27 +158,23 @@ def snippet(sentence: str, word: str, around: int = 2) -> str:
     return ("..." if lo else "") + " ".join(words[lo:hi]) + ("..." if hi < len(words) else "")
 
 
-def compare_senses(encoders: dict, w2v) -> dict:
+def compare_senses(vectors: dict, nearest: dict | None = None) -> dict:
     """For each word: every model's cosine matrix and `separation` numbers.
 
-    `encoders` maps a model name to (model, tokenizer); `w2v` is a trained Word2Vec or None.
+    `vectors` maps a model name to {word: (occurrences, C) vectors} (`word_vectors`,
+    `word2vec_sense_vectors`), in the order the models are reported; `nearest` is Word2Vec's
+    nearest words of each word.
     """
     out = {}
     for word in SENSES:
         sentences, senses = occurrences(word)
-        models = {}
-        static = word2vec_vectors(w2v, word, sentences) if w2v is not None else None
-        if static is not None:
-            models["Word2Vec"] = cosine_matrix(static)
-        for name, (model, tokenizer) in encoders.items():
-            models[name] = cosine_matrix(bert_vectors(model, tokenizer, word, sentences))
+        models = {name: cosine_matrix(v[word]) for name, v in vectors.items() if v.get(word) is not None}
         out[word] = {
             "senses": senses,
             "labels": [f"{i + 1} {sense}: {snippet(s, word)}" for i, (s, sense) in enumerate(zip(sentences, senses))],
             "sentences": sentences,
             "models": {name: {**separation(sim, senses), "cosine": sim.round(4).tolist()}
                        for name, sim in models.items()},
-            # the one static vector sits among the words of the sense the training articles use most
-            "word2vec_nearest": [w for w, _ in w2v.wv.most_similar(word, topn=6)] if static is not None else [],
+            "word2vec_nearest": (nearest or {}).get(word, []),
         }
     return out

@@ -9,15 +9,41 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+# Function words and punctuation: guesses made of these alone mean the model predicts how often a
+# token occurs, not what the sentence says.
+FREQUENT = frozenset("the , . a an to of and in on at for is was it he she they that said s ' \" - ( ) :".split())
+OBJECTIVES = {
+    "mlm": "masked-LM",
+    "electra": ("ELECTRA's replaced-token detection (a small generator fills the masked positions and the model "
+                "learns, at every token, whether it is the original; fill-mask below asks the generator)"),
+}
+
+
+def only_frequent_words(fills: list[dict]) -> str | None:
+    """A sentence for the reader when the fill-mask guesses are still just frequent tokens (the
+    same top guess for most sentences, or function words and punctuation at the top of nearly
+    all of them); None when the guesses follow their sentences."""
+    tops = [f["top"][0] for f in fills if f["top"]]
+    if not tops:
+        return None
+    most = max(set(tops), key=tops.count)
+    if tops.count(most) * 2 > len(tops) or sum(t in FREQUENT for t in tops) >= 0.8 * len(tops):
+        return ("The top guesses are still mostly frequent words (" + ", ".join(dict.fromkeys(tops)) +
+                "): the model predicts how often a token occurs more than what the sentence says. "
+                "A longer `--minutes` (or a quieter machine) gives it more steps.")
+    return None
+
+
 def pretraining_lines(s: dict) -> list[str]:
     p, plan = s["pretraining"], s["plan"]
     val = p["last_validation"]
     steps = max(val.get("step", 0), p["last_train_log"].get("step", 0))
+    objective = OBJECTIVES[p.get("objective", "mlm")]
     lines = [
         "## What was pretrained, on what",
         "",
         (f"A {p['preset']} BERT ({p['parameters'] / 1e6:.1f}M parameters) pretrained from random weights with "
-        f"masked-LM (the budget recipe: packed sequences, no dropout, weights drawn at the model's width scale with "
+        f"{objective} (the budget recipe: packed sequences, no dropout, weights drawn at the model's width scale with "
         f"a sinusoidal position table, a high lr decaying to zero at the deadline) for "
         f"{p['minutes']:.1f} minutes on {plan['threads']} CPU thread(s): "
         f"{steps:,} steps of {32} sequences of up to {plan['max_seq_len']} tokens, on the "
@@ -34,7 +60,8 @@ def pretraining_lines(s: dict) -> list[str]:
     for f in s["fill_mask"]:
         guesses = ", ".join(f"{t} ({100 * q:.1f}%)" for t, q in zip(f["top"], f["probabilities"]))
         lines.append(f"- {f['text']} -> {guesses}")
-    return lines
+    note = only_frequent_words(s["fill_mask"])
+    return [*lines, "", note] if note else lines
 
 
 def senses_lines(s: dict) -> list[str]:
