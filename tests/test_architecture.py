@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "bertkit"
-HF_KEY = re.compile(r"""["'](bert\.|cls\.predictions|cls\.seq_relationship|qa_outputs|classifier\.)""")
+HF_KEY = re.compile(r"""["'](bert\.|cls\.predictions|cls\.seq_relationship|qa_outputs|classifier\.|electra\.|"""
+                    r"""generator_predictions|generator_lm_head|discriminator_predictions|embeddings_project)""")
 
 
 def _modules() -> dict[str, Path]:

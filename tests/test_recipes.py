@@ -169,13 +169,13 @@ def test_scaled_init_draws_at_the_width_scale_with_a_sinusoidal_position_table()
 
 
 def test_the_runs_init_and_beta2_reach_the_model_and_the_optimizer(pretraining_data):
-    from bertkit.pretrain.loop import _build
+    from bertkit.pretrain.build import build_model
     from bertkit.pretrain.setup import open_data
 
     def built(recipe: str, **kw):
         cfg = TrainConfig(data=str(pretraining_data / "packed"), out="o", recipe=recipe, objective="mlm",
                           config_overrides=TINY, **kw)
-        model, optimizer = _build(cfg, open_data(cfg)[0].manifest, None, torch.device("cpu"))
+        model, optimizer = build_model(cfg, open_data(cfg)[0].manifest, None, torch.device("cpu"))
         return model.encoder.embeddings.position.weight, optimizer.param_groups[0]["betas"]
 
     (paper_pos, paper_betas), (budget_pos, budget_betas) = built("paper"), built("budget")

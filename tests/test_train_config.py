@@ -47,11 +47,13 @@ def test_a_new_field_without_a_resume_rule_is_refused():
 
 def test_resume_rules_are_the_documented_ones():
     """docs/cli.md: a resume refuses another model shape, objective, batch, seed, masking, weight
-    decay, data or tokenizer; lr, steps, minutes, warm-up, cadences, device and precision may change."""
+    decay, ELECTRA generator width or RTD weight, data or tokenizer; lr, steps, minutes, warm-up,
+    cadences, device and precision may change."""
     rules = resume_rules(TrainConfig)
     by_rule = {rule: {name for name, r in rules.items() if r == rule} for rule in RESUME_RULES}
     assert by_rule[FIXED] == {"objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask",
-                              "mask_rule", "weight_decay", "init_from", "recipe", "dropout", "adam_beta2", "init"}
+                              "mask_rule", "weight_decay", "init_from", "recipe", "dropout", "adam_beta2", "init",
+                              "generator_width", "rtd_weight"}
     assert by_rule[RESOLVED] == {"data", "preset", "config_overrides", "tokenizer"}  # compared by what they name
     assert by_rule[INVOCATION] == {"resume", "overwrite"}
     assert {"lr", "steps", "minutes", "warmup", "save_every", "eval_every", "log_every", "device",

@@ -1,7 +1,9 @@
 """`BertConfig`: the model's shape, with Hugging Face's field names so `config.json` is shared.
 
-The one field we add beyond HF's is `attention` (the paper's left-to-right ablation); reading
-and writing config.json, with its translation to HF's `is_decoder`, is `bertkit.hf`'s job.
+The one field we add beyond HF's BERT is `attention` (the paper's left-to-right ablation), and we
+take ELECTRA's `embedding_size` (embeddings narrower or wider than the layers, projected to them);
+reading and writing config.json, with its translation to HF's `is_decoder` and ELECTRA's layout, is
+`bertkit.hf`'s job.
 Every field is checked on construction: the first wrong one is named with its type or range.
 """
 
@@ -41,8 +43,11 @@ class BertConfig:
     attention: str = "bidirectional"  # "bidirectional" (BERT) or "causal" (the LTR ablation)
     id2label: dict[int, str] | None = field(default=None, hash=False, compare=True)
     problem_type: str | None = None  # HF's: "regression", "single_label_classification", ...
+    embedding_size: int | None = None  # E: embeddings' width, projected to C before the layers (ELECTRA); None: C
 
     def __post_init__(self):
+        if self.embedding_size == self.hidden_size:  # one spelling of "no projection", so configs compare equal
+            object.__setattr__(self, "embedding_size", None)
         self._check_fields()
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -77,11 +82,18 @@ class BertConfig:
                              f"not {self.pad_token_id!r}")
         if not isinstance(self.hidden_act, str):
             raise ValueError(f"hidden_act must be a string, not {self.hidden_act!r}")
+        if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size < 1):
+            raise ValueError(f"embedding_size must be null or an integer of at least 1, not {self.embedding_size!r}")
 
     @property
     def head_dropout(self) -> float:
         """Dropout before a task head's output layer: classifier_dropout, else hidden_dropout_prob."""
         return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
+
+    @property
+    def embedding_width(self) -> int:
+        """E: the embeddings' width (embedding_size, else hidden_size); the tied MLM decoder's too."""
+        return self.embedding_size if self.embedding_size is not None else self.hidden_size
 
     @property
     def num_labels(self) -> int:

@@ -3,9 +3,11 @@
 Useful FLOPs count the work the task needs, the same for every implementation, so an
 implementation that computes more (transformers' full-vocabulary MLM logits) gets no credit:
 - dense layers: 2 FLOPs per weight per token forward, 6 for forward + backward, over the
-  encoder's matrices (QKV, attention output, FFN in/out of every layer; embeddings are lookups);
+  encoder's matrices (QKV, attention output, FFN in/out of every layer, and an embedding
+  projection where there is one; embeddings are lookups);
 - attention: QK^T and AV, 2 * 2 * L^2 * C per sequence of L real tokens per layer, forward;
-- MLM head (training only): transform (C x C) and decoder (C x V) on the labelled ~15% of tokens.
+- MLM head (training only): transform (C x E) and decoder (E x V) on the labelled ~15% of tokens
+  (E, the embeddings' width, is C in BERT).
 MFU is useful FLOP/s over the matrix rate: the benchmark measures it (a large fp32 matmul on
 CPU, bf16 on GPU); the pretraining status line uses the GPU's datasheet peak instead.
 """
@@ -20,9 +22,11 @@ from bertkit.config import BertConfig
 
 
 def encoder_matrix_params(config: BertConfig) -> int:
-    """Weights multiplied per token in the encoder: 4 C^2 (QKV + output) + 2 C I per layer."""
+    """Weights multiplied per token in the encoder: 4 C^2 (QKV + output) + 2 C I per layer, and
+    E C for an embedding projection."""
     C = config.hidden_size
-    return config.num_hidden_layers * (4 * C * C + 2 * C * config.intermediate_size)
+    projection = config.embedding_width * C if config.embedding_size is not None else 0
+    return config.num_hidden_layers * (4 * C * C + 2 * C * config.intermediate_size) + projection
 
 
 def step_flops(config: BertConfig, lengths: list[int], labelled: int = 0, training: bool = False) -> float:
@@ -31,12 +35,12 @@ def step_flops(config: BertConfig, lengths: list[int], labelled: int = 0, traini
     `labelled` is the number of MLM-labelled positions (training); forward-only steps count 2
     FLOPs per multiply-add, training steps 6 (forward, and backward to inputs and weights).
     """
-    C, V = config.hidden_size, config.vocab_size
+    C, V, E = config.hidden_size, config.vocab_size, config.embedding_width
     factor = 6 if training else 2
     tokens = sum(lengths)
     dense = factor * encoder_matrix_params(config) * tokens
     attention = (factor // 2) * 4 * C * config.num_hidden_layers * sum(L * L for L in lengths)
-    head = factor * (C * C + C * V) * labelled if training else 0
+    head = factor * (C * E + E * V) * labelled if training else 0
     return float(dense + attention + head)
 
 

@@ -8,7 +8,8 @@ computes vocabulary logits only at the labelled positions (~15% of tokens), so `
 (N, V) for the N labelled positions in row-major order rather than (B, T, V). Unless hidden states
 are asked for, the encoder's last layer then also runs only at those positions and [CLS].
 
-Shape legend: B batch, T tokens, C hidden, V vocabulary, N labelled positions, L labels.
+Shape legend: B batch, T tokens, C hidden, E embedding width, V vocabulary, N labelled positions,
+L labels.
 """
 
 from __future__ import annotations
@@ -46,20 +47,24 @@ class QAOutput(HeadOutput):
 
 
 class MLMHead(nn.Module):
-    """transform (dense, act, LayerNorm) then a decoder tied to the word embeddings + own bias."""
+    """transform (dense C -> E, act, LayerNorm) then a decoder tied to the word embeddings + own bias.
+
+    E is the embeddings' width (C in BERT). A model with an embedding projection is ELECTRA's
+    generator, whose head's activation is always the exact GELU (transformers'
+    ElectraGeneratorPredictions), whatever `hidden_act` says for its layers."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
         super().__init__()
-        C = config.hidden_size
-        self.dense = nn.Linear(C, C)
-        self.act = ACTIVATIONS[config.hidden_act]
-        self.norm = nn.LayerNorm(C, eps=config.layer_norm_eps)
-        self.word_embeddings = word_embeddings  # tied: shares its (V_padded, C) weight
+        E = config.embedding_width
+        self.dense = nn.Linear(config.hidden_size, E)
+        self.act = ACTIVATIONS["gelu" if config.embedding_size is not None else config.hidden_act]
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.word_embeddings = word_embeddings  # tied: shares its (V_padded, E) weight
         self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
         self.vocab_size = config.vocab_size
 
     def forward(self, h: Tensor) -> Tensor:  # (..., C) -> (..., V)
-        h = self.norm(self.act(self.dense(h)))
+        h = self.norm(self.act(self.dense(h)))  # (..., E)
         if not h.is_cuda:
             # On CPU alignment buys little, while slicing (..., V_padded) logits costs a copy of
             # them in the loss and a zero-fill + copy in backward (~6% of a mini step): multiply
@@ -94,7 +99,9 @@ def _mlm_loss(logits: Tensor, labels: Tensor, reduction: str) -> Tensor:
     return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction=reduction)
 
 
-class _Head(PretrainedMixin, nn.Module):
+class Head(PretrainedMixin, nn.Module):
+    """What every task head shares: an `encoder` (BertModel), new layers at BERT's init, `encode`."""
+
     def _init_new(self, *modules: nn.Module) -> None:
         for m in modules:
             m.apply(lambda x: init_weights(x, self.config))
@@ -103,7 +110,7 @@ class _Head(PretrainedMixin, nn.Module):
         return self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states)
 
 
-class BertForPreTraining(_Head):
+class BertForPreTraining(Head):
     """Masked language modelling + next-sentence prediction (the paper's pretraining).
 
     The loss is the MLM loss, plus the NSP loss when `next_sentence_label` is given; `reduction`
@@ -135,7 +142,7 @@ class BertForPreTraining(_Head):
                                  mlm_loss=mlm_loss, nsp_loss=nsp_loss)
 
 
-class BertForMaskedLM(_Head):
+class BertForMaskedLM(Head):
     """MLM only (the no-NSP ablation; with attention="causal" and shifted labels, the LTR model).
     `reduction` as `BertForPreTraining`'s."""
 
@@ -155,7 +162,7 @@ class BertForMaskedLM(_Head):
         return HeadOutput(logits, loss, enc.hidden_states)
 
 
-class BertForSequenceClassification(_Head):
+class BertForSequenceClassification(Head):
     """Pooled [CLS] -> dropout -> linear. num_labels == 1 means regression (MSE)."""
 
     def __init__(self, config: BertConfig):
@@ -195,7 +202,7 @@ def sequence_classification_loss(config: BertConfig, logits: Tensor, labels: Ten
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
-class BertForTokenClassification(_Head):
+class BertForTokenClassification(Head):
     """Each token's hidden state -> dropout -> linear (NER); label -100 positions are ignored."""
 
     def __init__(self, config: BertConfig):
@@ -217,7 +224,7 @@ class BertForTokenClassification(_Head):
         return HeadOutput(logits, loss, enc.hidden_states)
 
 
-class BertForQuestionAnswering(_Head):
+class BertForQuestionAnswering(Head):
     """Start and end logits for extractive QA (SQuAD); loss is the mean of the two CEs."""
 
     def __init__(self, config: BertConfig):

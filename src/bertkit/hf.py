@@ -1,18 +1,26 @@
 """Hugging Face model directories: our only checkpoint format, and the only place HF names live.
 
-A model directory is `config.json` + `model.safetensors` (HF key names) + vocabulary files.
-This module holds everything between our names and HF's:
-- config.json <-> `BertConfig` (HF's `model_type`, `is_decoder`, `id2label` string keys);
-- the key table between our module names (`encoder.layers.3.qkv`, `output`, `mlm`) and HF's
-  (`bert.encoder.layer.3.attention.self.query`, `classifier` / `qa_outputs`, `cls.predictions`);
-- what a directory holds (weight names and shapes, which heads), read without loading tensors.
+A model directory is `config.json` + `model.safetensors` (HF key names) + vocabulary files, in
+BERT's layout or ELECTRA's (`LAYOUTS`: ElectraForMaskedLM, the generator; ElectraForPreTraining,
+the discriminator). This module holds everything between our names and HF's:
+- config.json <-> `BertConfig` (HF's `model_type`, `is_decoder`, `id2label` string keys; ELECTRA's
+  `embedding_size`);
+- the key table between our module names (`encoder.layers.3.qkv`, `output`, `mlm`, `rtd`) and HF's
+  (`bert.encoder.layer.3.attention.self.query`, `classifier` / `qa_outputs`, `cls.predictions`;
+  `electra.` for the encoder and `generator_predictions`, `discriminator_predictions` for the heads);
+- what a directory holds (which heads), read without loading tensors (`bertkit.weights` reads them).
+
+A model is read in its directory's layout and written in its own (`save_layout`): BERT's, but
+ELECTRA's for our `ElectraForPreTraining` and for any model with an embedding projection, which
+BERT's layout has no place for. ELECTRA's layout has no pooler: a bertkit model that has one (read
+from an ELECTRA directory, it starts new) writes it under BERT's name, which transformers' Electra
+classes would report as unexpected.
 
 Loading is strict: a key we cannot place, a parameter we cannot find, or a shape that differs
 raises a `UserError` naming them. The one leniency is the one fine-tuning needs: a task head
 absent from the checkpoint (a classifier on a pretrained encoder) starts from BERT's
 initialisation, and the heads of other tasks in the file are skipped; `load_report` on the model
-lists both, in HF's key names. `pytorch_model.bin` files are read with
-`torch.load(weights_only=True)`, which unpickles only tensors and plain containers.
+lists both, in HF's key names.
 
 torch is imported inside functions, so `bertkit info` reads a directory without it.
 """
@@ -27,23 +35,28 @@ from typing import TYPE_CHECKING
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
+from bertkit.weights import WEIGHTS, read_state_dict
+from bertkit.weights import weight_shapes as weight_shapes  # re-exported: what a directory holds
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-WEIGHTS = "model.safetensors"
-PICKLED_WEIGHTS = "pytorch_model.bin"
-
 # ---- config.json ----
 _SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+_ELECTRA_EMBEDDING_SIZE = 128  # transformers' ElectraConfig default, for a config.json that names none
 
 
-def config_to_dict(config: BertConfig) -> dict:
-    """config.json's content in HF's layout (transformers' BertConfig reads every field)."""
+def config_to_dict(config: BertConfig, model_type: str = "bert") -> dict:
+    """config.json's content in HF's layout for `model_type` "bert" or "electra" (transformers'
+    BertConfig or ElectraConfig reads every field)."""
     d = dataclasses.asdict(config)
-    d["model_type"] = "bert"
+    d["model_type"] = model_type
     d["position_embedding_type"] = "absolute"
     d["is_decoder"] = config.attention == "causal"  # transformers builds the same causal model
+    if model_type == "electra":  # always written: ElectraConfig's own default is not the hidden size
+        d["embedding_size"] = config.embedding_width
+    elif config.embedding_size is None:
+        del d["embedding_size"]
     if config.id2label is not None:
         d["id2label"] = {str(i): name for i, name in config.id2label.items()}
         d["label2id"] = {name: i for i, name in config.id2label.items()}
@@ -56,8 +69,9 @@ def config_from_dict(d: dict) -> BertConfig:
     """A BertConfig from config.json's content; ValueError naming the first field that is wrong."""
     if not isinstance(d, dict):
         raise ValueError(f"expected a JSON object of config fields, found a {type(d).__name__}")
-    if d.get("model_type", "bert") != "bert":
-        raise ValueError(f"model_type {d['model_type']!r} is not a BERT model")
+    model_type = d.get("model_type", "bert")
+    if model_type not in LAYOUTS:
+        raise ValueError(f"model_type {model_type!r} is not a BERT or ELECTRA model")
     if d.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"position_embedding_type {d['position_embedding_type']!r} unsupported")
     missing = [f for f in _SHAPE_FIELDS if f not in d]
@@ -65,6 +79,10 @@ def config_from_dict(d: dict) -> BertConfig:
         raise ValueError(f"no {missing[0]} field (a BERT config.json names {', '.join(_SHAPE_FIELDS)})")
     names = {f.name for f in dataclasses.fields(BertConfig)}
     kwargs = {k: v for k, v in d.items() if k in names}
+    if model_type == "electra":
+        kwargs["embedding_size"] = d.get("embedding_size", _ELECTRA_EMBEDDING_SIZE)
+    else:  # transformers' BertConfig has no embedding_size: its models have no projection
+        kwargs.pop("embedding_size", None)
     if "attention" not in d and d.get("is_decoder"):
         kwargs["attention"] = "causal"
     labels = kwargs.get("id2label")
@@ -104,6 +122,7 @@ ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
     "embeddings.position.{p}": "embeddings.position_embeddings.{p}",
     "embeddings.segment.{p}": "embeddings.token_type_embeddings.{p}",
     "embeddings.norm.{p}": "embeddings.LayerNorm.{p}",
+    "embed_proj.{p}": "embeddings_project.{p}",  # ELECTRA's layout only (BERT has no projection)
     "layers.{}.qkv.{p}": tuple(f"encoder.layer.{{}}.attention.self.{n}.{{p}}" for n in ("query", "key", "value")),
     "layers.{}.attn_out.{p}": "encoder.layer.{}.attention.output.dense.{p}",
     "layers.{}.attn_norm.{p}": "encoder.layer.{}.attention.output.LayerNorm.{p}",
@@ -112,68 +131,114 @@ ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
     "layers.{}.ffn_norm.{p}": "encoder.layer.{}.output.LayerNorm.{p}",
     "pooler.{p}": "pooler.dense.{p}",
 }
-# A head's own parameters; "{output}" is the head's one output layer, named by task in HF.
+# A head's own parameters, per layout; "{output}" is the head's one output layer, named by task in HF.
+# The replaced-token detection head has only ELECTRA's names, in either layout.
+RTD_KEYS = {"rtd.dense.{p}": "discriminator_predictions.dense.{p}",
+            "rtd.prediction.{p}": "discriminator_predictions.dense_prediction.{p}"}
 HEAD_KEYS: dict[str, str] = {
     "mlm.dense.{p}": "cls.predictions.transform.dense.{p}",
     "mlm.norm.{p}": "cls.predictions.transform.LayerNorm.{p}",
     "mlm.bias": "cls.predictions.bias",
     "nsp.{p}": "cls.seq_relationship.{p}",
     "output.{p}": "{output}.{p}",
+    **RTD_KEYS,
+}
+ELECTRA_HEAD_KEYS: dict[str, str] = {
+    "mlm.dense.{p}": "generator_predictions.dense.{p}",
+    "mlm.norm.{p}": "generator_predictions.LayerNorm.{p}",
+    "mlm.bias": "generator_lm_head.bias",  # its weight is tied to the word embeddings
+    "output.{p}": "{output}.{p}",
+    **RTD_KEYS,
+}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Layout:
+    """One family of HF classes: config.json's model_type, the prefix of the encoder's keys in a
+    head's file, the heads' keys, and HF's class name for each of ours where they differ."""
+
+    model_type: str
+    prefix: str
+    heads: dict[str, str]
+    classes: dict[str, str]
+    pooler: bool  # whether its files hold one: in ELECTRA's, ours always starts new
+
+    def hf_class(self, ours: str) -> str:
+        return self.classes.get(ours, ours)
+
+
+LAYOUTS = {
+    "bert": Layout("bert", "bert.", HEAD_KEYS, {}, pooler=True),
+    "electra": Layout("electra", "electra.", ELECTRA_HEAD_KEYS,
+                      {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",
+                       "BertForTokenClassification": "ElectraForTokenClassification",
+                       "BertForQuestionAnswering": "ElectraForQuestionAnswering"}, pooler=False),
 }
 OUTPUT_LAYER = {"BertForQuestionAnswering": "qa_outputs"}  # every other head: "classifier"
-ENCODER_PREFIX = ("encoder.", "bert.")  # ours, HF's: where a head keeps its encoder
+_OURS_ENCODER = "encoder."  # where a head keeps its encoder
 _TIED = "mlm.word_embeddings.weight"  # the decoder, tied to the word embeddings
 _VOCAB_ROWS = ("embeddings.word.weight", "mlm.bias")  # padded to a multiple of 64 inside the model
 # HF keys that carry no information of their own: buffers and tied copies.
-_REDUNDANT = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$")
-_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
-_HEAD_MARKS = (("cls.predictions.", "masked-LM"), ("cls.seq_relationship.", "next-sentence"),
+_REDUNDANT = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$|^generator_lm_head\.weight$")
+_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "generator_predictions.", "generator_lm_head.",
+                  "discriminator_predictions.")
+_HEAD_MARKS = (("cls.predictions.", "masked-LM"), ("generator_predictions.", "masked-LM"),
+               ("cls.seq_relationship.", "next-sentence"), ("discriminator_predictions.", "replaced-token detection"),
                ("pooler.dense.", "pooler"), ("classifier.", "classifier"), ("qa_outputs.", "question-answering"))
 
 
-def _to_regex(template: str) -> re.Pattern:
-    pattern = re.escape(template).replace(r"\{\}", r"(\d+)").replace(r"\{p\}", r"(weight|bias)")
-    return re.compile(pattern + "$")
+def save_layout(model) -> Layout:
+    """The layout `model` is written in: its class's (`hf_layout`), or ELECTRA's when it has an
+    embedding projection, which BERT's layout has no place for."""
+    return LAYOUTS["electra" if model.config.embedding_size is not None else model.hf_layout]
 
 
-_ENCODER_TABLE = [(_to_regex(ours), ours, hf) for ours, hf in ENCODER_KEYS.items()]
-_HEAD_TABLE = [(_to_regex(ours), ours, hf) for ours, hf in HEAD_KEYS.items()]
+def layout_of(config_json: dict) -> Layout:
+    """The layout of a directory whose config.json `config_from_dict` has accepted."""
+    return LAYOUTS[config_json.get("model_type", "bert")]
 
 
 def _output_layer(model) -> str:
     return next((OUTPUT_LAYER[c.__name__] for c in type(model).__mro__ if c.__name__ in OUTPUT_LAYER), "classifier")
 
 
-def hf_names(model, our_name: str) -> tuple[tuple[str, ...], bool]:
-    """HF key(s) for one of `model`'s parameter names, and whether it belongs to the encoder."""
-    ours, theirs = ENCODER_PREFIX
-    in_head = our_name.startswith(ours)
-    base = our_name[len(ours):] if in_head else our_name
-    for table, encoder in ((_ENCODER_TABLE, True), (_HEAD_TABLE, False)):
-        m = next(((regex, template, hf) for regex, template, hf in table
-                  if regex.match(base if encoder else our_name)), None)
-        if m is None:
+def _lookup(table: dict, name: str) -> tuple[str | tuple[str, ...] | None, str | None, str | None]:
+    """(the table's entry for one of our names, its layer index, its parameter): two dict
+    lookups, by the name with its layer index as "{}" and then with its parameter as "{p}"."""
+    layer = re.search(r"\.(\d+)\.", name)
+    template = re.sub(r"\.\d+\.", ".{}.", name, count=1)
+    if template in table:  # a parameter named in full, such as mlm.bias
+        return table[template], layer and layer.group(1), None
+    stem, _, p = template.rpartition(".")
+    return table.get(stem + ".{p}"), layer and layer.group(1), p
+
+
+def hf_names(model, our_name: str, layout: Layout | None = None) -> tuple[tuple[str, ...], bool]:
+    """HF key(s) for one of `model`'s parameter names in `layout` (the one it is saved in unless
+    given), and whether it belongs to the encoder."""
+    layout = layout or save_layout(model)
+    in_head = our_name.startswith(_OURS_ENCODER)
+    for table, encoder, name in ((ENCODER_KEYS, True, our_name.removeprefix(_OURS_ENCODER)),
+                                 (layout.heads, False, our_name)):
+        hf, layer, p = _lookup(table, name)
+        if hf is None:
             continue
-        regex, template, hf = m
-        groups = list(regex.match(base if encoder else our_name).groups())
-        layer = groups.pop(0) if "{}" in template else None
-        p = groups[0] if groups else None
-        names = hf if isinstance(hf, tuple) else (hf,)
         names = tuple(n.replace("{}", str(layer)).replace("{p}", str(p)).replace("{output}", _output_layer(model))
-                      for n in names)
-        prefix = theirs if encoder and in_head else ""
+                      for n in (hf if isinstance(hf, tuple) else (hf,)))
+        prefix = layout.prefix if encoder and in_head else ""
         return tuple(prefix + n for n in names), encoder
     raise KeyError(our_name)
 
 
-def to_hf_state_dict(model: nn.Module) -> dict[str, Tensor]:
-    """Our state dict in HF's names and shapes (fused QKV split, vocabulary padding dropped)."""
-    vocab = model.config.vocab_size
+def to_hf_state_dict(model: nn.Module, leave_out: tuple[str, ...] = ()) -> dict[str, Tensor]:
+    """Our state dict in HF's names and shapes (fused QKV split, vocabulary padding dropped), in
+    the layout `model` is saved in; parameters whose names start with `leave_out` are left out."""
+    vocab, layout = model.config.vocab_size, save_layout(model)
     out: dict[str, Tensor] = {}
     for name, tensor in model.state_dict().items():
-        if name.endswith(_TIED):
+        if name.endswith(_TIED) or (leave_out and name.startswith(leave_out)):
             continue
-        keys, _ = hf_names(model, name)
+        keys, _ = hf_names(model, name, layout)
         if name.endswith(_VOCAB_ROWS):
             tensor = tensor[:vocab]
         for key, part in zip(keys, tensor.chunk(len(keys), dim=0)):
@@ -182,63 +247,11 @@ def to_hf_state_dict(model: nn.Module) -> dict[str, Tensor]:
 
 
 # ---- what a directory holds ----
-def read_state_dict(model_dir: Path) -> dict[str, Tensor]:
-    st, binary = model_dir / WEIGHTS, model_dir / PICKLED_WEIGHTS
-    if st.exists():
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(st)
-        except Exception as e:  # safetensors raises several types for a corrupt file
-            raise UserError(f"cannot read weights: {_first_line(e)}", st) from None
-    if binary.exists():
-        return _read_pickled(binary)
-    raise UserError(f"no {WEIGHTS} or {PICKLED_WEIGHTS}", model_dir)
-
-
-def _read_pickled(path: Path) -> dict[str, Tensor]:
-    import pickle
-    import warnings
-
-    import torch
-
-    try:
-        with warnings.catch_warnings():  # torch's notes on pickle protocols would add lines to the one-line error
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise UserError("cannot read weights safely: the file holds pickled Python objects besides tensors, "
-                        "which could run code, so it is not loaded; save a checkpoint you trust as "
-                        "model.safetensors where it was made (transformers' save_pretrained writes one)",
-                        path) from None
-    except Exception as e:
-        raise UserError(f"cannot read weights: {_first_line(e)}", path) from None
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def weight_shapes(model_dir: str | Path) -> dict[str, list[int]]:
-    """HF key -> shape for every tensor of a model directory; safetensors needs no torch here."""
-    model_dir = Path(model_dir)
-    weights = model_dir / WEIGHTS
-    if not weights.exists():
-        return {k: list(v.shape) for k, v in read_state_dict(model_dir).items()}
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(weights), "np") as f:  # "np": reading names and shapes needs no torch
-            return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - safe_open is no dict
-    except Exception as e:  # safetensors raises several types for a corrupt file
-        raise UserError(f"cannot read weights: {_first_line(e)}", weights) from None
-
-
 def heads_in(keys) -> list[str]:
     """The heads whose weights appear among HF keys: masked-LM, next-sentence, pooler, ..."""
     keys = list(keys)
-    return [name for mark, name in _HEAD_MARKS
-            if any(k.startswith(mark) or (mark == "pooler.dense." and mark in k) for k in keys)]
+    return list(dict.fromkeys(name for mark, name in _HEAD_MARKS  # BERT's and ELECTRA's MLM heads: one name
+                              if any(k.startswith(mark) or (mark == "pooler.dense." and mark in k) for k in keys)))
 
 
 def parameter_count(shapes: dict[str, list[int]]) -> int:
@@ -255,9 +268,9 @@ def parameter_count(shapes: dict[str, list[int]]) -> int:
 
 
 # ---- loading ----
-def _normalise_keys(state: dict[str, Tensor], want_prefix: bool) -> dict[str, Tensor]:
-    """Legacy LayerNorm names, and the "bert." prefix added or dropped to suit the target."""
-    prefix = ENCODER_PREFIX[1]
+def _normalise_keys(state: dict[str, Tensor], want_prefix: bool, prefix: str) -> dict[str, Tensor]:
+    """Legacy LayerNorm names, and the layout's "bert." / "electra." prefix added or dropped to suit
+    the target."""
     out = {}
     for key, t in state.items():
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
@@ -279,19 +292,20 @@ def _listing(keys: list[str], most: int = 4) -> str:
     return f"{shown} and {len(keys) - most} more" if len(keys) > most else shown
 
 
-def _matched(model, state, same_architecture: bool):
+def _matched(model, state, same_architecture: bool, layout: Layout, shared: tuple[str, ...]):
     """(tensors to copy by our name, HF keys used, HF keys missing, shape problems, initialised)."""
     import torch
 
     vocab, padded = model.config.vocab_size, model.config.padded_vocab_size
     new, used, missing, shapes, initialized = {}, set(), [], [], []
     for name, target in model.state_dict().items():
-        if name.endswith(_TIED):
+        if name.endswith(_TIED) or (shared and name.startswith(shared)):
             continue
-        keys, encoder = hf_names(model, name)
+        keys, encoder = hf_names(model, name, layout)
         if not all(k in state for k in keys):
             # A head (or a pooler) the checkpoint never had starts from BERT's initialisation.
-            if not same_architecture and (not encoder or ".pooler." in f".{name}"):
+            pooler = ".pooler." in f".{name}"
+            if (not same_architecture and (not encoder or pooler)) or (pooler and not layout.pooler):
                 initialized.extend(keys)
             else:
                 missing.extend(k for k in keys if k not in state)
@@ -309,12 +323,16 @@ def _matched(model, state, same_architecture: bool):
 
 
 def load_hf_state_dict(model: nn.Module, state: dict[str, Tensor], same_architecture: bool,
-                       source: object = "checkpoint") -> dict[str, list[str]]:
-    """Copy an HF state dict into `model`; returns {"initialized": [...], "skipped": [...]} (HF keys)."""
+                       source: object = "checkpoint", layout: Layout = LAYOUTS["bert"],
+                       shared: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Copy an HF state dict in `layout` into `model`; returns {"initialized": [...], "skipped": [...]}
+    (HF keys). Parameters whose names start with `shared` are not in the file: another model's,
+    saved beside it (`save_pretrained`'s `leave_out`), fill them."""
     import torch
 
-    state = _normalise_keys(state, want_prefix=any(k.startswith(ENCODER_PREFIX[0]) for k in model.state_dict()))
-    new, used, missing, shapes, initialized = _matched(model, state, same_architecture)
+    want_prefix = any(k.startswith(_OURS_ENCODER) for k in model.state_dict())
+    state = _normalise_keys(state, want_prefix, layout.prefix)
+    new, used, missing, shapes, initialized = _matched(model, state, same_architecture, layout, shared)
     leftover = [k for k in state if k not in used]
     skipped = [k for k in leftover if k.startswith(_HEAD_PREFIXES) or ("pooler." in k and not same_architecture)]
     unexpected = [k for k in leftover if k not in skipped]
@@ -337,6 +355,8 @@ def load_hf_state_dict(model: nn.Module, state: dict[str, Tensor], same_architec
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` on Hugging Face model directories."""
 
+    hf_layout = "bert"  # the layout `save_pretrained` writes (`save_layout`); ELECTRA's classes say "electra"
+
     @classmethod
     def from_pretrained(cls, path, **config_changes):
         path = Path(path)
@@ -348,22 +368,28 @@ class PretrainedMixin:
                 config = config.replace(**config_changes)
             except (TypeError, ValueError) as e:
                 raise UserError(f"bad model config: {e}", path) from None
-        architectures = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+        saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        layout = layout_of(saved)
         model = cls(config)
-        model.load_report = load_hf_state_dict(model, read_state_dict(path), cls.__name__ in architectures, path)
+        same_architecture = layout.hf_class(cls.__name__) in (saved.get("architectures") or [])
+        model.load_report = load_hf_state_dict(model, read_state_dict(path), same_architecture, path, layout)
         return model
 
-    def save_pretrained(self, path, tokenizer=None) -> None:
+    def save_pretrained(self, path, tokenizer=None, leave_out: tuple[str, ...] = ()) -> None:
         """Write config.json and model.safetensors (and the tokenizer's files when given),
-        each atomically; transformers' class of the same name loads the folder strictly."""
+        each atomically, in the model's layout (`save_layout`); transformers' class of the same
+        name (ELECTRA's: of the same role) loads the folder strictly. `leave_out`: parameters not
+        written, by prefix of our names (shared with a model saved beside it)."""
         from safetensors.torch import save_file
 
         from bertkit.io import atomic_path, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        layout = save_layout(self)
         with atomic_path(path / WEIGHTS) as tmp:
-            save_file(to_hf_state_dict(self), str(tmp), metadata={"format": "pt"})
-        write_json(path / "config.json", {**config_to_dict(self.config), "architectures": [type(self).__name__]})
+            save_file(to_hf_state_dict(self, leave_out), str(tmp), metadata={"format": "pt"})
+        write_json(path / "config.json", {**config_to_dict(self.config, layout.model_type),
+                                          "architectures": [layout.hf_class(type(self).__name__)]})
         if tokenizer is not None:
             tokenizer.save_pretrained(path)

@@ -8,7 +8,9 @@ Differences from Hugging Face's modeling_bert, none of which change the numbers:
 - attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels when
   there is no mask) with a boolean mask, which softmaxes to exactly the zeros of HF's additive
   dtype-minimum mask;
-- `attention="causal"` gives the paper's left-to-right ablation.
+- `attention="causal"` gives the paper's left-to-right ablation;
+- with `embedding_size` E != C (ELECTRA's generator), the embeddings are E wide and one linear
+  projection (ELECTRA's `embeddings_project`) maps them to C before the first layer.
 
 One path through the layers, `BertModel.forward`; what differs between its uses is how attention
 is computed, chosen once per call (`BertModel._attention`), and which rows the last layer keeps:
@@ -30,7 +32,8 @@ is computed, chosen once per call (`BertModel._attention`), and which rows the l
   attention.
 
 Shape legend: B batch, T tokens, C hidden, H heads, D head size (C = H*D), I intermediate,
-N real (or selected) tokens, G sequences of one length L.
+E embedding width (C unless `embedding_size` says otherwise), N real (or selected) tokens,
+G sequences of one length L.
 """
 
 from __future__ import annotations
@@ -99,15 +102,16 @@ class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         # padding_idx: as in transformers, looking up [PAD] sends no gradient to its row.
-        self.word = nn.Embedding(config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        E = config.embedding_width
+        self.word = nn.Embedding(config.padded_vocab_size, E, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, E)
+        self.segment = nn.Embedding(config.type_vocab_size, E)
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, positions: Tensor, token_type_ids: Tensor | None) -> Tensor:
         """Any shape of ids, (B, T) padded or (N,) packed, with positions that broadcast to it."""
-        x = self.word(input_ids) + self.position(positions)  # (..., C)
+        x = self.word(input_ids) + self.position(positions)  # (..., E)
         if token_type_ids is None:
             x = x + self.segment.weight[0]  # all segment A
         else:
@@ -266,6 +270,8 @@ class BertModel(PretrainedMixin, nn.Module):
         self.unpad = unpad  # drop padding before the layers; same outputs at real tokens
         self.fused_attention = False  # `bertkit export`: each layer's attention traced as one operator
         self.embeddings = Embeddings(config)
+        # E -> C before the first layer, when the embeddings are not C wide (ELECTRA's generator)
+        self.embed_proj = nn.Linear(config.embedding_width, config.hidden_size) if config.embedding_size else None
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
         self.apply(lambda m: init_weights(m, config))
@@ -295,7 +301,9 @@ class BertModel(PretrainedMixin, nn.Module):
         n_cls = B if rows is not None and self.pooler is not None else 0
         if n_cls:  # the pooler reads [CLS]: its rows come first
             rows = torch.cat([torch.arange(B, device=rows.device) * T, rows])
-        x = self._embed(input_ids, token_type_ids, packing)  # (B, T, C), or (N, C) packed
+        x = self._embed(input_ids, token_type_ids, packing)  # (B, T, E), or (N, E) packed
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)  # (..., E) -> (..., C)
         states = [x] if output_hidden_states else None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
@@ -326,9 +334,9 @@ class BertModel(PretrainedMixin, nn.Module):
     def _embed(self, input_ids: Tensor, token_type_ids: Tensor | None, packing: Packing | None) -> Tensor:
         if packing is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
-            return self.embeddings(input_ids, positions, token_type_ids)  # (B, T, C)
+            return self.embeddings(input_ids, positions, token_type_ids)  # (B, T, E)
         types = packing.pack(token_type_ids) if token_type_ids is not None else None
-        return self.embeddings(packing.pack(input_ids), packing.positions, types)  # (N, C)
+        return self.embeddings(packing.pack(input_ids), packing.positions, types)  # (N, E)
 
     def pool(self, hidden: Tensor) -> Tensor | None:
         """The paper's pooled [CLS] vector: tanh(W h_0 + b), (B, T, C) or (B, C) -> (B, C)."""

@@ -1,4 +1,4 @@
-"""`bertkit info DIR`: what a model directory holds."""
+"""`bertkit info DIR`: what a model directory holds (BERT's layout or ELECTRA's)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,15 @@ def run(args) -> int:
     config = load_config(path)
     shapes = weight_shapes(path)
     n_params = parameter_count(shapes)
-    arch = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures")
+    saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    arch = saved.get("architectures")
     info = {
         "path": str(path),
         "architectures": arch,
         "parameters": n_params,
         "heads": heads_in(shapes),
         "tokenizer": (path / "vocab.txt").exists(),
-        "config": config_to_dict(config),
+        "config": config_to_dict(config, saved.get("model_type", "bert")),
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -37,7 +38,8 @@ def run(args) -> int:
     print(f"  architecture   {', '.join(arch) if arch else 'unknown'}")
     print(f"  parameters     {n_params:,}")
     print(f"  shape          {c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} heads, "
-          f"intermediate {c.intermediate_size}, vocabulary {c.vocab_size}, max length {c.max_position_embeddings}")
+          f"intermediate {c.intermediate_size}, vocabulary {c.vocab_size}, max length {c.max_position_embeddings}"
+          + (f", embeddings {c.embedding_size} wide (projected to the hidden size)" if c.embedding_size else ""))
     print(f"  attention      {c.attention}, activation {c.hidden_act}")
     print(f"  heads          {', '.join(info['heads']) or 'none'}")
     if c.id2label:

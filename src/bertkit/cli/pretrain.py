@@ -1,4 +1,5 @@
-"""`bertkit pretrain --data DATA_DIR --out RUN_DIR`: pretrain BERT (MLM + NSP, MLM only, or LTR).
+"""`bertkit pretrain --data DATA_DIR --out RUN_DIR`: pretrain BERT (MLM + NSP, MLM only, LTR, or
+ELECTRA's replaced-token detection).
 
 Under `torchrun --nproc-per-node N` the same command trains data-parallel; --batch-size is the
 global batch, split over processes and --grad-accum micro-steps, so results do not depend on N.
@@ -29,7 +30,7 @@ from bertkit.cli.args import (
 )
 from bertkit.errors import UserError
 from bertkit.pretrain.recipes import RECIPES
-from bertkit.pretrain.setup import INITS, OBJECTIVES, PRECISIONS, TrainOptions
+from bertkit.pretrain.setup import INITS, OBJECTIVES, PRECISIONS, RTD_WEIGHT, TrainOptions
 
 
 def default(name: str):
@@ -84,6 +85,12 @@ def add_arguments(parser) -> None:
     a("--mask-rule", type=mask_rule, default=default("mask_rule"), metavar="M/R/K",
       help="of the chosen tokens, percent replaced by [MASK] / by a random token / kept")
     a("--mask-all", action="store_true", help="ablation: chosen tokens always become [MASK] (--mask-rule 100/0/0)")
+    a("--generator-width", type=float_in(0, 1, low_open=True, high_open=True), default=None, metavar="FRACTION",
+      help="--objective electra: the generator's width (hidden size, heads, intermediate size) as a fraction of the "
+           "model's (default: 1/4, and 1/3 from hidden size 768, as ELECTRA-Small and -Base)")
+    a("--rtd-weight", type=positive_float, default=None,
+      help=f"--objective electra: weight of the replaced-token detection loss against the generator's MLM loss "
+           f"(default: {RTD_WEIGHT:g})")
     a("--compile", action="store_true", help="torch.compile the model")
     a("--save-every", type=positive_int, default=default("save_every"), help="steps between checkpoints")
     a("--eval-every", type=positive_int, default=default("eval_every"), help="steps between validations")
@@ -112,7 +119,8 @@ def add_arguments(parser) -> None:
 def _add_recipe_flags(a) -> None:
     """The flags a recipe fills when they are not given (bertkit.pretrain.recipes.RECIPE_FIELDS)."""
     a("--objective", default=None, choices=OBJECTIVES,
-      help="mlm+nsp (BERT), mlm (no NSP), ltr (left-to-right, next token) " + recipe_help("objective"))
+      help="mlm+nsp (BERT), mlm (no NSP), ltr (left-to-right, next token), electra (replaced-token detection "
+           "with a small generator; saves model/, discriminator/ and generator/) " + recipe_help("objective"))
     a("--batch-size", type=positive_int, default=None, help="global batch in sequences " + recipe_help("batch_size"))
     a("--lr", type=positive_float, default=None, help="peak learning rate " + recipe_help("lr"))
     a("--warmup", type=nonnegative_float, default=None,
@@ -149,7 +157,8 @@ def train_config(args):
         recipe=args.recipe, objective=args.objective, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
         weight_decay=args.weight_decay, dropout=args.dropout, precision=args.precision, adam_beta2=args.adam_beta2,
         init=args.init, grad_accum=args.grad_accum, mask_rate=args.mask_rate, whole_word_mask=args.whole_word_mask,
-        mask_rule="100/0/0" if args.mask_all else args.mask_rule, compile=args.compile, save_every=args.save_every,
+        mask_rule="100/0/0" if args.mask_all else args.mask_rule, generator_width=args.generator_width,
+        rtd_weight=args.rtd_weight, compile=args.compile, save_every=args.save_every,
         eval_every=args.eval_every, log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep,
         seed=args.seed, resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,
         tokenizer=args.tokenizer, config_overrides=args.config_json or {}, overwrite=args.overwrite,

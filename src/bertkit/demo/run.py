@@ -83,10 +83,7 @@ def _slowdown(texts: list[str], max_len: int) -> float:
 
 
 def run_demo(run: Path, plan: DemoPlan) -> dict:
-    import torch
-
     from bertkit.demo import pretraining as pre
-    from bertkit.demo.side import SideWork
     from bertkit.demo.summary import summary_markdown
 
     threads = choose_threads(plan.threads)
@@ -103,12 +100,38 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
     with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
         slowdown = _slowdown([t for _, _, t in train[:16]], plan.probe_max_len)
+    results = _model_stages(run, plan, clock, threads, slowdown, train, test)
+    with clock.stage("summary", plan.later_seconds(len(articles), slowdown)["summary"], "collecting every number"):
+        summary = {
+            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2),
+                     "side_seconds": results.pop("side_seconds")},
+            "articles": {"train": len(train), "held_out": len(test)},
+            **results,
+            "figures": {"senses": "senses.png", "label_budgets": "label_budgets.png",
+                        "pretrain_loss": "pretrain/loss.png", "pretrain_accuracy": "pretrain/accuracy.png"},
+        }
+    summary["stages"] = clock.stages
+    summary["total_minutes"] = round(clock.elapsed() / 60, 2)
+    write_json(run / "summary.json", summary)
+    write_text(run / "summary.md", summary_markdown(summary))
+    return summary
+
+
+def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, threads: int, slowdown: float, train,
+                  test) -> dict:
+    """Pretraining (with Word2Vec and MiniLM beside it), fill-mask, senses and label budgets."""
+    import torch
+
+    from bertkit.demo import pretraining as pre
+    from bertkit.demo.side import SideWork
+
+    articles = len(train) + len(test)
     side = SideWork(run, [t for _, _, t in train], [t for _, _, t in test], plan.probe_max_len, plan.seed).start()
     print("  Word2Vec and all-MiniLM-L6-v2's vectors: in a second process, one thread, beside pretraining",
           flush=True)
     torch.set_num_threads(max(1, threads - 1))  # the side process takes one of the free cores
-    later = plan.later_seconds(len(articles), slowdown)
-    seconds = plan.pretrain_seconds(clock.elapsed(), len(articles), slowdown)
+    later = plan.later_seconds(articles, slowdown)
+    seconds = plan.pretrain_seconds(clock.elapsed(), articles, slowdown)
     try:
         with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset, budget recipe "
                                               f"({OBJECTIVE_NAMES[plan.objective]})"):
@@ -127,25 +150,10 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
             budgets = _labels(run, encoders, beside, train, test, plan)
     finally:
         side.stop()
-    with clock.stage("summary", later["summary"], "collecting every number"):
-        summary = {
-            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2),
-                     "side_seconds": beside.seconds},
-            "articles": {"train": len(train), "held_out": len(test)},
-            "pretraining": {"preset": plan.preset, "objective": plan.objective,
-                            "parameters": _parameters(model_dir), "minutes": round(seconds / 60, 2),
-                            **pre.pretraining_record(run / "pretrain")},
-            "fill_mask": fills,
-            "senses": senses,
-            "label_budgets": budgets,
-            "figures": {"senses": "senses.png", "label_budgets": "label_budgets.png",
-                        "pretrain_loss": "pretrain/loss.png", "pretrain_accuracy": "pretrain/accuracy.png"},
-        }
-    summary["stages"] = clock.stages
-    summary["total_minutes"] = round(clock.elapsed() / 60, 2)
-    write_json(run / "summary.json", summary)
-    write_text(run / "summary.md", summary_markdown(summary))
-    return summary
+    pretraining = {"preset": plan.preset, "objective": plan.objective, "parameters": _parameters(model_dir),
+                   "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")}
+    return {"pretraining": pretraining, "fill_mask": fills, "senses": senses, "label_budgets": budgets,
+            "side_seconds": beside.seconds}
 
 
 def _parameters(model_dir: Path) -> int:

@@ -4,8 +4,8 @@ Each step: learning rate, periodic evaluation and checkpoint, micro-steps (forwa
 gradient clipping, optimizer step, zeroing, logging, stopping. Nothing hides behind callbacks.
 
 Reproducibility is by construction rather than by saved generator states: the data order is a
-permutation drawn from (seed, epoch) and the stream position is checkpointed; masking uses a
-generator seeded from (seed, step, micro-step); dropout's generator is re-seeded from
+permutation drawn from (seed, epoch) and the stream position is checkpointed; masking (and
+ELECTRA's sampling draw) uses a generator seeded from (seed, step, micro-step); dropout's generator is re-seeded from
 (seed, step, rank) at every step. A run resumed from a checkpoint therefore computes exactly
 what the uninterrupted run computed, bit for bit on CPU.
 
@@ -30,13 +30,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from bertkit.config import IGNORE_INDEX
 from bertkit.devices import resolve_device, resolve_precision
 from bertkit.errors import UserError
-from bertkit.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.hf import config_to_dict
 from bertkit.io import write_json
-from bertkit.pretrain.init import initialise
+from bertkit.pretrain.build import build_model, build_objective, generator_of, save_final
 from bertkit.pretrain.objective import Objective, derived_seed, evaluate, slice_rows
 from bertkit.pretrain.report import RunLog, Throughput, first_line, init_report, status_line
 from bertkit.pretrain.setup import (
@@ -45,20 +43,13 @@ from bertkit.pretrain.setup import (
     check_run_dir,
     clear_run_dir,
     data_note,
-    model_config,
     open_data,
     run_record,
 )
-from bertkit.train.checkpoint import (
-    latest_checkpoint,
-    load_optimizer,
-    remove_partial,
-    save_checkpoint,
-    write_model_copy,
-)
+from bertkit.train.checkpoint import latest_checkpoint, remove_partial, save_checkpoint
 from bertkit.train.compile import compile_blocks
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
-from bertkit.train.optim import build_optimizer, lr_at, lr_at_time, warmup_steps
+from bertkit.train.optim import lr_at, lr_at_time, warmup_steps
 
 if TYPE_CHECKING:
     from bertkit.data.shards import PretrainingDataset
@@ -134,37 +125,6 @@ def pretrain(cfg: TrainConfig) -> int:
         close_distributed(d)
 
 
-def _build(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.device):
-    cls = BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
-    if checkpoint is not None:
-        model = cls.from_pretrained(checkpoint.path)
-    elif cfg.init_from:
-        torch.manual_seed(cfg.seed)  # the same new heads on every rank
-        model = cls.from_pretrained(cfg.init_from)
-    else:
-        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-        model = initialise(cls(model_config(cfg, manifest)), cfg.init)
-    model.to(device)
-    if cfg.dropout is not None:
-        from bertkit.pretrain.recipes import set_dropout
-
-        set_dropout(model, cfg.dropout)
-    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.adam_beta2))
-    if checkpoint is not None:
-        load_optimizer(checkpoint, optimizer)
-    return model, optimizer
-
-
-def _objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
-    if cfg.objective == "ltr":
-        return Objective("ltr", None, cfg.seed)
-    from bertkit.data import Masker, continuation_table
-
-    masker = Masker(cfg.masking(), int(manifest["vocab_size"]), int(manifest["mask_id"]),
-                    list(manifest["special_ids"]), continuation_table(tokenizer))
-    return Objective(cfg.objective, masker, cfg.seed)
-
-
 def _wrap(model, cfg: TrainConfig, d: Dist, device: torch.device):
     """The module the loop calls: compiled and/or wrapped for data parallelism."""
     train_model = compile_blocks(model) if cfg.compile else model
@@ -191,8 +151,8 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
         check_tokenizer(cfg.data, Tokenizer.from_pretrained(checkpoint.path))
         changes = check_resume(cfg, checkpoint.path, train.manifest)
     barrier(d)  # every rank has checked the run folder before rank 0 writes into it
-    model, optimizer = _build(cfg, train.manifest, checkpoint, device)
-    objective = _objective(cfg, train.manifest, tokenizer)
+    model, optimizer = build_model(cfg, train.manifest, checkpoint, device)
+    objective = build_objective(cfg, train.manifest, tokenizer)
     start = checkpoint.step if checkpoint is not None else 0
     if d.is_main and cfg.overwrite:
         clear_run_dir(cfg)  # only now: every check passed and the model was built
@@ -203,7 +163,7 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
             cfg, config_to_dict(model.config), train.manifest, {"world_size": d.world_size, "device": str(device)},
             start if checkpoint is not None else None, changes))
         if checkpoint is None and cfg.init_from:
-            print(init_report(cfg.init_from, model.load_report), flush=True)
+            print(init_report(cfg.init_from, model.load_report, generator_of(model)), flush=True)
         note = data_note(cfg, train.manifest)
         if note:
             print(note, file=sys.stderr, flush=True)
@@ -262,7 +222,7 @@ class _Loop:
         it; the exit status."""
         self.last_eval = self.last_save = step if self.log.resumed_step is not None else -1
         self.meter = Throughput(self.model, self.cfg, int(self.train.manifest["max_seq_len"]), self.device, step,
-                                elapsed)
+                                elapsed, len(self.objective.logged))
         self.started, self.first_step = time.perf_counter() - elapsed, step + 1
         stopped = False  # a signal reached some rank: every rank stops after the same step
         with StopRequest() as stop:
@@ -337,33 +297,35 @@ class _Loop:
                       f"(exit status {stopped_by.exit_code})", flush=True)
             return stopped_by.exit_code
         if self.d.is_main:
-            write_model_copy(self.model, Path(self.cfg.out) / "model", self.tokenizer)
-            print(f"done: {step} steps; model in {Path(self.cfg.out) / 'model'}", flush=True)
+            print(f"done: {step} steps; {save_final(self.model, self.cfg, self.tokenizer)}", flush=True)
         return 0
 
     def accumulate(self, step: int, stream: DataStream) -> torch.Tensor:
-        """Forward and backward over this step's micro-batches; this rank's share of the global
-        mean losses (total, token, NSP) as a tensor, left on the device."""
-        cfg, d = self.cfg, self.d
+        """Forward and backward over this step's micro-batches; this rank's share of what the
+        status line shows (`Objective.logged`: each loss's global mean, accuracy counts) as a
+        tensor, left on the device."""
+        cfg, d, objective = self.cfg, self.d, self.objective
         indices = stream.take(cfg.batch_size)  # the same global batch on every rank
         micro = cfg.batch_size // cfg.grad_accum
-        prepared = [self.objective.prepare(self.train.batch(indices[m * micro : (m + 1) * micro]),
-                                           self.device, step, m) for m in range(cfg.grad_accum)]
+        prepared = [objective.prepare(self.train.batch(indices[m * micro : (m + 1) * micro]),
+                                      self.device, step, m) for m in range(cfg.grad_accum)]
         # Divide by counts over the whole global batch so the gradient is that of its mean.
-        tokens = sum((p["labels"] != IGNORE_INDEX).sum() for p in prepared).clamp(min=1).float()
-        losses = torch.zeros(3, device=self.device)
+        counts = [objective.counts(p) for p in prepared]
+        totals = {k: sum(c[k] for c in counts).clamp(min=1).float() for k in objective.losses}
+        logged = torch.zeros(len(objective.logged), device=self.device)
         for m, inputs in enumerate(prepared):
             last = m == cfg.grad_accum - 1
             sync = contextlib.nullcontext() if last or not d.enabled else self.train_model.no_sync()
             with sync:
                 with self.autocast():
-                    sums = self.objective.loss_sums(self.train_model, slice_rows(inputs, d.rows(micro)))
-                token = sums["token_loss"] / tokens
-                nsp = sums["nsp_loss"] / cfg.batch_size if "nsp_loss" in sums else torch.zeros_like(token)
+                    sums = objective.loss_sums(self.train_model, slice_rows(inputs, d.rows(micro)),
+                                               accuracy=objective.train_accuracy)
+                means = {k: sums[k] / totals[k] for k in objective.losses}
+                loss = sum(weight * means[k] for k, (_, weight) in objective.losses.items())
                 # DDP averages gradients over ranks; scaling by their number makes that a sum.
-                ((token + nsp) * d.world_size).backward()
-            losses += torch.stack([token + nsp, token, nsp]).detach()
-        return losses
+                (loss * d.world_size).backward()
+            logged += torch.stack([means[k] if k in means else sums[k].float() for k in objective.logged]).detach()
+        return logged
 
     def evaluate(self, step: int) -> None:
         if not self.d.is_main or self.val is None or len(self.val) == 0 or self.cfg.eval_samples < 1:
@@ -385,13 +347,11 @@ class _Loop:
     def report(self, step: int, lr: float, grad_norm: torch.Tensor, elapsed: float) -> None:
         """The logging step: the one place a step's losses and gradient norm are read back from
         the device (`.item()`, `.tolist()`); `agree` is the other per-step sync, under DDP only."""
-        window_losses, window_steps = self.meter.take()
-        loss, token, nsp = (all_sum(window_losses, self.d) / window_steps).tolist()
-        record = {"kind": "train", "step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm.item(),
-                  **self.meter.rates(step, elapsed, self.total, self.budget)}
-        record["next_token_loss" if self.objective.name == "ltr" else "mlm_loss"] = token
-        if self.objective.nsp:
-            record["nsp_loss"] = nsp
+        window, window_steps = self.meter.take()
+        values = dict(zip(self.objective.logged, (all_sum(window, self.d) / window_steps).tolist()))
+        metrics = self.objective.metrics(values, dict.fromkeys(self.objective.losses, 1.0))  # means already
+        record = {"kind": "train", "step": step, "loss": metrics.pop("loss"), "lr": lr, "grad_norm": grad_norm.item(),
+                  **self.meter.rates(step, elapsed, self.total, self.budget), **metrics}
         if self.d.is_main:
             self.log.record(record)
             print(status_line(record, self.total, self.budget), flush=True)

@@ -1,11 +1,14 @@
-"""What the model predicts: masked tokens (+ next sentence), or the next token (LTR ablation).
+"""What the model predicts: masked tokens (+ next sentence), the next token (LTR ablation), or
+which tokens a generator replaced (ELECTRA's replaced-token detection, `ElectraObjective`).
 
 `Objective.prepare` turns a batch of the prepared data into model inputs and labels, masking
 with a generator seeded from (seed, step, micro-step) so a resumed run, or a run on more
 processes, masks every sequence identically. `loss_sums` returns summed (not averaged) losses
-so the loop can divide by the token and sequence counts of the whole global batch: the
-gradient is then that of the global mean, whatever the number of processes or micro-steps.
-`evaluate` scores a fixed validation subset with fixed masking.
+so the loop can divide each by its count over the whole global batch (`counts`: labelled tokens,
+sequences, real tokens): the gradient is then that of the global mean, whatever the number of
+processes or micro-steps; `losses` names each and gives its weight in the training loss.
+`evaluate` scores a fixed validation subset with fixed masking; `metrics` turns sums and counts
+into what the run reports.
 
 Shape legend: B batch, T tokens, N labelled positions.
 """
@@ -35,6 +38,8 @@ def next_token_labels(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
 class Objective:
     """One of OBJECTIVES (bertkit.pretrain.setup), with the masker it needs (none for "ltr")."""
 
+    train_accuracy = False  # whether a training step counts accuracies too, for the status line
+
     def __init__(self, name: str, masker=None, seed: int = 0):
         self.name = name
         self.masker = masker
@@ -43,6 +48,34 @@ class Objective:
     @property
     def nsp(self) -> bool:
         return self.name == "mlm+nsp"
+
+    @property
+    def losses(self) -> dict[str, tuple[str, float]]:
+        """Each summed loss of `loss_sums` -> (its name in the metrics, its weight in the loss)."""
+        token = ("next_token_loss" if self.name == "ltr" else "mlm_loss", 1.0)
+        return {"token_loss": token, "nsp_loss": ("nsp_loss", 1.0)} if self.nsp else {"token_loss": token}
+
+    @property
+    def accuracies(self) -> dict[str, tuple[str, ...]]:
+        """The accuracies `loss_sums(accuracy=True)` counts beside each loss, as "{name}_correct"
+        out of "{name}_seen"; reported as "{name}_accuracy"."""
+        token = ("next_token",) if self.name == "ltr" else ("mlm",)
+        return {"token_loss": token, "nsp_loss": ("nsp",)} if self.nsp else {"token_loss": token}
+
+    @property
+    def logged(self) -> tuple[str, ...]:
+        """What a training step adds up for the status line: each loss's mean, then the accuracy
+        counts when `train_accuracy`."""
+        counted = [f"{name}_{part}" for names in self.accuracies.values() for name in names
+                   for part in ("correct", "seen")]
+        return (*self.losses, *(counted if self.train_accuracy else ()))
+
+    def counts(self, inputs: dict[str, Tensor | None]) -> dict[str, Tensor]:
+        """What each summed loss is divided by, over these inputs: labelled tokens, sequences."""
+        counts = {"token_loss": (inputs["labels"] != IGNORE_INDEX).sum()}
+        if self.nsp:
+            counts["nsp_loss"] = torch.tensor(len(inputs["input_ids"]), device=inputs["input_ids"].device)
+        return counts
 
     def prepare(self, batch: dict, device: torch.device, *seed_parts: int) -> dict[str, Tensor | None]:
         """Model inputs and labels for a whole micro-batch (before any split across ranks)."""
@@ -53,9 +86,7 @@ class Objective:
         if self.name == "ltr":
             labels = next_token_labels(ids, mask)
         else:
-            generator = torch.Generator(device=device)
-            generator.manual_seed(derived_seed(self.seed, *seed_parts))
-            ids, labels = self.masker(ids, mask, generator)
+            ids, labels = self.masker(ids, mask, _generator(device, self.seed, *seed_parts))
         # Checked on the CPU copy (no device sync): with no padding the mask is dropped, which
         # lets SDPA pick its fastest kernel and changes no number.
         full = bool(cpu_mask.all())
@@ -67,8 +98,7 @@ class Objective:
 
     def loss_sums(self, model, inputs: dict[str, Tensor], accuracy: bool = False) -> dict[str, Tensor]:
         """Summed token loss and (with NSP) summed NSP loss, as the head computes them; with
-        `accuracy` (validation only: a training step logs no accuracy), also the correct tokens
-        and rows."""
+        `accuracy` (validation, or `train_accuracy`), also the correct and counted tokens and rows."""
         nsp = {"next_sentence_label": inputs["next_sentence_label"]} if self.nsp else {}
         out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"],
                     token_type_ids=inputs["token_type_ids"], labels=inputs["labels"], reduction="sum", **nsp)
@@ -76,13 +106,91 @@ class Objective:
         if self.nsp:
             sums["nsp_loss"] = out.nsp_loss
         if accuracy:
-            y = inputs["labels"].reshape(-1)
-            y = y[y != IGNORE_INDEX]  # (N,), the row-major order of the head's (N, V) logits
-            sums["token_correct"] = (out.logits.argmax(-1) == y).sum()
+            (token,) = self.accuracies["token_loss"]
+            sums |= _counted(token, out.logits.argmax(-1) == _labelled(inputs["labels"]))
             if self.nsp:
                 target = nsp["next_sentence_label"].reshape(-1)
-                sums["nsp_correct"] = (out.seq_relationship_logits.argmax(-1) == target).sum()
+                sums |= _counted("nsp", out.seq_relationship_logits.argmax(-1) == target)
         return sums
+
+    def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
+        """"loss" (the weighted total), then each loss's mean followed by its accuracies, from the
+        summed losses and accuracy counts and each loss's count."""
+        means = {k: sums[k] / max(counts[k], 1) for k in self.losses}
+        out = {"loss": sum(weight * means[k] for k, (_, weight) in self.losses.items())}
+        for k, (name, _) in self.losses.items():
+            out[name] = means[k]
+            for acc in self.accuracies.get(k, ()):
+                if f"{acc}_correct" in sums:
+                    out[f"{acc}_accuracy"] = sums[f"{acc}_correct"] / max(sums[f"{acc}_seen"], 1)
+        return out
+
+
+class ElectraObjective(Objective):
+    """Replaced-token detection (`bertkit.electra.ElectraPretraining`): the masked batch and one
+    uniform per position (the generator's sampling draw, from its own seeded generator); the
+    generator's MLM loss over the masked tokens plus `rtd_weight` times the discriminator's BCE
+    over every real token. A training step counts its accuracies too: the total loss alone says
+    little while the generator improves and the discriminator's task grows harder."""
+
+    train_accuracy = True
+
+    def __init__(self, masker, seed: int, rtd_weight: float):
+        super().__init__("electra", masker, seed)
+        self.rtd_weight = rtd_weight
+
+    @property
+    def losses(self) -> dict[str, tuple[str, float]]:
+        return {"token_loss": ("mlm_loss", 1.0), "rtd_loss": ("rtd_loss", self.rtd_weight)}
+
+    @property
+    def accuracies(self) -> dict[str, tuple[str, ...]]:
+        """The generator's at the masked tokens; the discriminator's at replaced and at original tokens."""
+        return {"token_loss": ("mlm",), "rtd_loss": ("replaced", "original")}
+
+    def counts(self, inputs: dict[str, Tensor | None]) -> dict[str, Tensor]:
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        real = mask.sum() if mask is not None else torch.tensor(ids.numel(), device=ids.device)
+        return {"token_loss": (inputs["labels"] != IGNORE_INDEX).sum(), "rtd_loss": real}
+
+    def prepare(self, batch: dict, device: torch.device, *seed_parts: int) -> dict[str, Tensor | None]:
+        out = super().prepare(batch, device, *seed_parts)
+        # Drawn for every position, whatever was masked: the draw depends only on the step.
+        out["uniforms"] = torch.rand(out["input_ids"].shape, generator=_generator(device, self.seed, *seed_parts, 2),
+                                     device=device)
+        return out
+
+    def loss_sums(self, model, inputs: dict[str, Tensor], accuracy: bool = False) -> dict[str, Tensor]:
+        mask = inputs["attention_mask"]
+        out = model(inputs["input_ids"], attention_mask=mask, token_type_ids=inputs["token_type_ids"],
+                    labels=inputs["labels"], uniforms=inputs["uniforms"], reduction="sum")
+        sums = {"token_loss": out.mlm_loss, "rtd_loss": out.rtd_loss}
+        if accuracy:
+            real = mask.bool() if mask is not None else torch.ones_like(out.replaced, dtype=torch.bool)
+            replaced, guessed = out.replaced.bool(), out.rtd_logits > 0
+            sums |= _counted("mlm", out.mlm_logits.argmax(-1) == _labelled(inputs["labels"]))
+            sums |= _counted("replaced", guessed, replaced & real)
+            sums |= _counted("original", ~guessed, ~replaced & real)
+        return sums
+
+
+def _generator(device: torch.device, *seed_parts: int) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(derived_seed(*seed_parts))
+    return generator
+
+
+def _labelled(labels: Tensor) -> Tensor:
+    """The labels at the labelled positions, (N,), in the row-major order of a head's (N, V) logits."""
+    y = labels.reshape(-1)
+    return y[y != IGNORE_INDEX]
+
+
+def _counted(name: str, correct: Tensor, where: Tensor | None = None) -> dict[str, Tensor]:
+    """{"{name}_correct", "{name}_seen"}: how many of the positions `where` selects (all: None) are correct."""
+    if where is None:
+        return {f"{name}_correct": correct.sum(), f"{name}_seen": torch.tensor(correct.numel(), device=correct.device)}
+    return {f"{name}_correct": (correct & where).sum(), f"{name}_seen": where.sum()}
 
 
 def slice_rows(inputs: dict[str, Tensor | None], rows: slice) -> dict[str, Tensor | None]:
@@ -96,25 +204,17 @@ def evaluate(model, objective: Objective, dataset, device: torch.device, samples
     was_training = model.training
     model.eval()
     n = min(samples, len(dataset))
-    totals: dict[str, Tensor] = {}
-    tokens = torch.zeros((), device=device)
+    sums: dict[str, Tensor] = {}
+    counts: dict[str, Tensor] = {}
     for number, start in enumerate(range(0, n, batch_size)):
         batch = dataset.batch(np.arange(start, min(start + batch_size, n)))
         inputs = objective.prepare(batch, device, 1 << 40, number)  # a step no training run reaches
         with autocast():
-            sums = objective.loss_sums(model, inputs, accuracy=True)
-        tokens += (inputs["labels"] != IGNORE_INDEX).sum()
-        for k, v in sums.items():
-            totals[k] = totals.get(k, 0) + v.float()
+            batch_sums = objective.loss_sums(model, inputs, accuracy=True)
+        for totals, values in ((sums, batch_sums), (counts, objective.counts(inputs))):
+            for k, v in values.items():
+                totals[k] = totals.get(k, 0) + v.float()
     model.train(was_training)
     if n == 0:
         return {}
-    t = tokens.clamp(min=1)
-    token_loss, token_acc = (totals["token_loss"] / t).item(), (totals["token_correct"] / t).item()
-    prefix = "next_token" if objective.name == "ltr" else "mlm"
-    metrics = {"loss": token_loss, f"{prefix}_loss": token_loss, f"{prefix}_accuracy": token_acc}
-    if objective.nsp:
-        metrics["nsp_loss"] = totals["nsp_loss"].item() / n
-        metrics["nsp_accuracy"] = totals["nsp_correct"].item() / n
-        metrics["loss"] = token_loss + metrics["nsp_loss"]
-    return metrics
+    return objective.metrics({k: v.item() for k, v in sums.items()}, {k: v.item() for k, v in counts.items()})

@@ -57,14 +57,12 @@ def _read_records(path: Path) -> list[dict]:
 class Throughput:
     """Losses summed on the device between logging steps, tokens/s, MFU and ETA."""
 
-    def __init__(self, model, cfg, seq_len: int, device: torch.device, step: int, elapsed: float):
-        # The benchmark's useful-FLOP accounting (bertkit.flops): encoder matrices, attention,
-        # and the MLM head at the labelled positions only.
-        labelled = round(cfg.batch_size * seq_len * cfg.mask_rate)
-        self.flops_per_step = step_flops(model.config, [seq_len] * cfg.batch_size, labelled, training=True)
+    def __init__(self, model, cfg, seq_len: int, device: torch.device, step: int, elapsed: float, size: int):
+        """`size`: the length of what each step adds (`Objective.logged`)."""
+        self.flops_per_step = _useful_flops(model, cfg, seq_len)
         self.peak = peak_flops(device, cfg.precision)
         self.tokens_per_step = cfg.batch_size * seq_len
-        self.losses = torch.zeros(3, device=device)
+        self.losses = torch.zeros(size, device=device)
         self.steps = 0
         self.mark_step, self.mark_time, self.mark_elapsed = step, time.perf_counter(), elapsed
 
@@ -89,17 +87,34 @@ class Throughput:
                 "steps_per_s": 1 / per_step}
 
 
-def init_report(source: str, report: dict) -> str:
-    """One line on what continued pretraining kept from `source` and what starts new."""
+def _useful_flops(model, cfg, seq_len: int) -> float:
+    """The benchmark's useful-FLOP accounting (bertkit.flops) of a step: encoder matrices,
+    attention, and the MLM head at the labelled positions only; for ELECTRA, the generator so and
+    the discriminator at every token (its small RTD head not counted)."""
+    from bertkit.pretrain.build import generator_of
+
+    labelled = round(cfg.batch_size * seq_len * cfg.mask_rate)
+    lengths = [seq_len] * cfg.batch_size
+    generator = generator_of(model)
+    if generator is None:
+        return step_flops(model.config, lengths, labelled, training=True)
+    return step_flops(generator, lengths, labelled, training=True) + step_flops(model.config, lengths, training=True)
+
+
+def init_report(source: str, report: dict, generator=None) -> str:
+    """One line on what continued pretraining kept from `source` and what starts new (for ELECTRA,
+    the config of its new `generator`)."""
     from bertkit.hf import heads_in
 
     new = heads_in(report.get("initialized", []))
     line = f"initialised from {source}: encoder loaded"
-    if "masked-LM" in new:
-        line += "; no masked-LM head there, so it starts new with its decoder tied to the word embeddings"
-    else:
-        line += ", masked-LM head loaded"
+    if generator is None:
+        line += ("; no masked-LM head there, so it starts new with its decoder tied to the word embeddings"
+                 if "masked-LM" in new else ", masked-LM head loaded")
     rest = [h for h in new if h != "masked-LM"]
+    if generator is not None:
+        rest.insert(0, f"a generator ({generator.num_hidden_layers} layers, hidden {generator.hidden_size}) "
+                       f"sharing its embeddings")
     if rest:
         line += f"; new: {', '.join(rest)}"
     skipped = heads_in(report.get("skipped", []))
@@ -130,11 +145,17 @@ def _clock(seconds: float) -> str:
 def status_line(r: dict, total: int | None, budget: float | None) -> str:
     """One fixed-width line: step/total, loss, lr, grad norm, tokens/s, MFU (a GPU with a known
     peak; "-" elsewhere: `first_line` says why), ETA. A time-budgeted run has no step total: it
-    shows the step alone and, in place of the ETA, the time used of its budget."""
+    shows the step alone and, in place of the ETA, the time used of its budget. An ELECTRA run's line
+    goes on with the generator's MLM loss and accuracy, the RTD loss, and the discriminator's
+    accuracy at replaced and at original tokens."""
     mfu = f"{r['mfu']:6.1%}" if r.get("mfu") is not None else "     -"
     if budget is None:
         step, end = f"step {r['step']:>7d}/{total:<7d}", f"eta {_clock(r['eta_s']):>9}"
     else:
         step, end = f"step {r['step']:>7d}", f"time {_clock(r['elapsed']):>8} of {_clock(budget)}"
-    return (f"{step} | loss {r['loss']:8.4f} | lr {r['lr']:9.3e} | gnorm {r['grad_norm']:8.3f} | "
+    line = (f"{step} | loss {r['loss']:8.4f} | lr {r['lr']:9.3e} | gnorm {r['grad_norm']:8.3f} | "
             f"{r['tokens_per_s']:>11,.0f} tok/s | mfu {mfu} | {end}")
+    if "rtd_loss" in r:
+        line += (f" | mlm {r['mlm_loss']:7.4f} acc {r['mlm_accuracy']:6.1%} | rtd {r['rtd_loss']:6.4f} "
+                 f"replaced {r['replaced_accuracy']:6.1%} original {r['original_accuracy']:6.1%}")
+    return line

@@ -23,7 +23,9 @@ from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.pretrain.recipes import RECIPES, fill
 
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr")  # MLM + NSP (BERT), MLM only, left-to-right (bertkit.pretrain.objective)
+# MLM + NSP (BERT), MLM only, left-to-right, replaced-token detection (ELECTRA) (bertkit.pretrain.objective)
+OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "electra")
+RTD_WEIGHT = 50.0  # ELECTRA's weight of the discriminator's loss against the generator's (Clark et al. 2020)
 INITS = ("bert", "scaled")  # a new model's weights (bertkit.pretrain.init)
 PRECISIONS = ("fp32", "bf16", "auto")  # bertkit.devices.resolve_precision
 
@@ -67,6 +69,9 @@ class TrainOptions:
     mask_rate: float = _option(FIXED, 0.15)  # fraction of tokens predicted
     whole_word_mask: bool = _option(FIXED, False)  # mask all pieces of a word together
     mask_rule: str = _option(FIXED, "80/10/10")  # of the chosen tokens, percent [MASK] / random / kept (Table 8)
+    # electra only: the generator's fraction of the discriminator's width; None: 1/4, 1/3 from hidden 768
+    generator_width: float | None = _option(FIXED, None)
+    rtd_weight: float | None = _option(FIXED, None)  # electra only: the discriminator's loss weight; None: RTD_WEIGHT
     compile: bool = _option(CHANGEABLE, False)  # torch.compile the model
     save_every: int = _option(CHANGEABLE, 1000)  # steps between checkpoints
     eval_every: int = _option(CHANGEABLE, 500)  # steps between validations
@@ -92,7 +97,10 @@ class TrainConfig(TrainOptions):
         if recipe not in RECIPES:
             raise OptionError("{} must be one of {names}, not {value!r}", "recipe", names=", ".join(RECIPES),
                               value=recipe)
-        super().__init__(data, out, recipe=recipe, **fill(recipe, options))
+        options = fill(recipe, options)
+        if options.get("objective") == "electra" and options.get("rtd_weight") is None:
+            options["rtd_weight"] = RTD_WEIGHT
+        super().__init__(data, out, recipe=recipe, **options)
         _check(self)
 
     def masking(self):
@@ -147,7 +155,11 @@ def _check(cfg: TrainConfig) -> None:
     if cfg.resume and cfg.overwrite:
         raise OptionError("{} continues a run and {} starts it again: give one", "resume", "overwrite")
     if cfg.init_from and cfg.objective == "ltr":
-        raise OptionError("{} continues a bidirectional model: use {} mlm or mlm+nsp", "init_from", "objective")
+        raise OptionError("{} continues a bidirectional model: use {} mlm, mlm+nsp or electra", "init_from",
+                          "objective")
+    for name in ("generator_width", "rtd_weight"):
+        if cfg.objective != "electra" and getattr(cfg, name) is not None:
+            raise OptionError("{} applies to {} electra only", name, "objective")
     if cfg.init_from and cfg.config_overrides:
         raise OptionError("{} does not apply with {}: the model's shape is its config.json", "config_overrides",
                           "init_from")
@@ -175,10 +187,10 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise OptionError("{} must be fp32, bf16 or auto, not {value!r}", "precision", value=cfg.precision)
     if cfg.dropout is not None and not 0 <= cfg.dropout < 1:
         raise OptionError("{} must be in [0, 1), not {value}", "dropout", value=cfg.dropout)
-    for name in ("adam_beta2", "mask_rate"):
-        if not 0 < getattr(cfg, name) < 1:
+    for name in ("adam_beta2", "mask_rate", "generator_width"):
+        if getattr(cfg, name) is not None and not 0 < getattr(cfg, name) < 1:
             raise OptionError("{} must be in (0, 1), not {value}", name, value=getattr(cfg, name))
-    for name in ("steps", "minutes", "lr"):
+    for name in ("steps", "minutes", "lr", "rtd_weight"):
         if getattr(cfg, name) is not None and not getattr(cfg, name) > 0:
             raise OptionError("{} must be positive, not {value}", name, value=getattr(cfg, name))
     for name in ("batch_size", "grad_accum", "save_every", "eval_every", "log_every"):
@@ -202,7 +214,8 @@ def resume_rules(cls: type = TrainOptions) -> dict[str, str]:
 
 # Manifest entries that say when and from where data was made, not what it holds.
 _DATA_IGNORED = ("args", "created", "bertkit_version")
-RUN_MARKERS = ("config.json", "checkpoints", "metrics.jsonl", "model")  # what a previous run left
+# what a previous run left (an ELECTRA run also its discriminator and generator)
+RUN_MARKERS = ("config.json", "checkpoints", "metrics.jsonl", "model", "discriminator", "generator")
 
 
 def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
@@ -270,8 +283,9 @@ def open_data(cfg: TrainConfig):
 
 
 def data_note(cfg: TrainConfig, manifest: dict) -> str | None:
-    """A hint, once every check has passed, when the budget recipe's MLM gets padded sentence pairs."""
-    if cfg.recipe == "budget" and cfg.objective == "mlm" and manifest.get("format") != "packed":
+    """A hint, once every check has passed, when the budget recipe's MLM (or ELECTRA) gets padded
+    sentence pairs."""
+    if cfg.recipe == "budget" and cfg.objective in ("mlm", "electra") and manifest.get("format") != "packed":
         return (f"note: {cfg.data} holds sentence pairs with padding; the budget recipe learns more per minute on "
                 f"packed sequences (bertkit prepare --format packed)")
     return None
