@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,6 +81,7 @@ def pretrain_one(name: str, data: Path, work: Path, minutes: float) -> dict:
                                               "max_grad_norm", "adam_beta2", "init")}
         hyper["precision"] = resolve_precision(cfg.precision, torch.device("cpu"))
         r = run_transformers(data, work, out, minutes, hyper, marks=1)
+        shutil.copy(work / "vocab" / "vocab.txt", Path(r["final"]) / "vocab.txt")  # a model directory scores alone
         record = {"model": str(r["final"]), "steps": r["steps"], "hyper": r["hyper"],
                   "transformers": r["transformers"]}
     else:
@@ -159,7 +161,7 @@ def score_sst2(name: str, model: str, args, work: Path) -> dict:
            "--group-by-length", "--no-progress", "--threads", "1"]
     subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
     results = json.loads((out / "results.json").read_text())
-    accs = [100 * s["dev"]["accuracy"] for s in results["seeds"]]
+    accs = [s["dev"]["accuracy"] for s in results["seeds"]]  # percent
     return {"seeds": [round(a, 2) for a in accs], "median": round(statistics.median(accs), 2),
             "spread": round(max(accs) - min(accs), 2)}
 
@@ -231,6 +233,7 @@ def plot(probes: dict, sst2: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # a log of results, not of progress bars
     from pretrain_recipes import prepare
 
     work = Path(args.work)

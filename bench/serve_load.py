@@ -18,7 +18,9 @@ Four runs, each against a real `bertkit serve` subprocess, each bounded in reque
     python bench/serve_load.py [--requests 5000] [--clients 64] [--json bench/results/serve_load.json]
     python bench/serve_load.py --batching-only [--server-threads 2] [--rounds 3] [--int8]
 
-With --int8 every server runs `bertkit serve --int8` and the model-alone rates are int8 too.
+Every server runs `--precision fp32` (the answers are checked to 1e-5 against fp32); with --int8
+every server runs `bertkit serve --int8` and the model-alone rates are int8 too. bf16 and the
+comparison with infinity-emb are in bench/serve_vs_infinity.py.
 
 Run it with OMP_NUM_THREADS=1: the server then uses one core and this script the other.
 """
@@ -45,6 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+JSON = "application/json"
 
 
 def model_dir() -> Path:
@@ -81,8 +84,10 @@ class Server:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         if self.threads:
             env |= {"OMP_NUM_THREADS": self.threads, "MKL_NUM_THREADS": self.threads}
+        # fp32 (or int8): the answers are checked against fp32 `embed_texts` to 1e-5
         self.proc = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", "--model", f"mini={model_dir()}",
-                                      "--port", "0", *self.extra, *flags], env=env, stderr=subprocess.PIPE, text=True)
+                                      "--port", "0", "--precision", "fp32", *self.extra, *flags], env=env,
+                                     stderr=subprocess.PIPE, text=True)
         first = self.proc.stderr.readline()
         if ": threads: " in first:  # the thread count bertkit chose from the load comes first
             first = self.proc.stderr.readline()
@@ -273,9 +278,11 @@ def bad_input(server: Server, repeats: int, slow_seconds: float) -> dict:
             content = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
             statuses, one_line = Counter(), True
             for _ in range(repeats):
-                got = http.request(method, route, content=content, headers=headers)
+                got = http.request(method, route, content=content, headers={**headers, "Content-Type": JSON})
                 statuses[got.status_code] += 1
                 error = got.json()
+                if isinstance(error["error"], dict):  # OpenAI's routes: OpenAI's error shape
+                    error = {"error": error["error"]["message"], "error_type": error["error"]["code"]}
                 one_line &= set(error) == {"error", "error_type"} and "\n" not in error["error"]
             up = http.get("/health").status_code == 200
             rows.append({"case": name, "want": want, "got": dict(statuses), "one_line": one_line, "up": up,

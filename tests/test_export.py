@@ -151,7 +151,8 @@ def test_embed_backend_onnx_gives_the_same_vectors(st_dir, st_export, tmp_path):
     for pooling in ("mean", "cls"):  # the graph's own pooled output, and pooling its token vectors
         for backend, model in (("torch", st_dir), ("onnx", st_export)):
             assert run_cli("embed", "--model", model, "--input", tmp_path / "in.txt", "--pooling", pooling,
-                           "--normalize", "--backend", backend, "--out", tmp_path / f"{backend}.npy") == 0
+                           "--normalize", "--backend", backend, "--precision", "fp32",
+                           "--out", tmp_path / f"{backend}.npy") == 0
         torch_vectors, onnx_vectors = np.load(tmp_path / "torch.npy"), np.load(tmp_path / "onnx.npy")
         assert torch_vectors.shape == (len(TEXTS), 32)
         assert np.abs(torch_vectors - onnx_vectors).max() < 1e-5, pooling
@@ -261,7 +262,8 @@ def test_serve_backend_onnx_through_a_real_server_answers_as_torch(tiny_dir, st_
     assert [p["label"] for p in onnx_pred] == [p["label"] for p in torch_pred]
     assert [p["score"] for p in onnx_pred] == pytest.approx([p["score"] for p in torch_pred], abs=1e-4)
     assert torch_answers[2].status_code == 200  # torch embeds with a head's encoder
-    assert onnx_answers[2].status_code == 404 and "it serves /tokenize, /predict" in onnx_answers[2].json()["error"]
+    assert onnx_answers[2].status_code == 404
+    assert "it serves /, /tokenize, /decode, /predict" in onnx_answers[2].json()["error"]
 
 
 def test_serve_backend_onnx_refuses_a_folder_it_cannot_run(st_dir, st_export, tmp_path):

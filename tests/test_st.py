@@ -25,7 +25,8 @@ def test_a_written_layout_reads_back(tiny_dir, tmp_path):
 
 
 def _embed(model, source, out, *flags) -> np.ndarray:
-    assert main(["embed", "--model", str(model), "--input", str(source), "--out", str(out), *flags]) == 0
+    assert main(["embed", "--model", str(model), "--input", str(source), "--out", str(out), "--precision", "fp32",
+                 *flags]) == 0
     return np.load(out)
 
 

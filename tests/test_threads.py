@@ -21,16 +21,44 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_flag_then_the_environment_then_the_load(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert choose_threads(5).count == 5 and not choose_threads(5).chosen
     assert (choose_threads().count, choose_threads().reason, choose_threads().chosen) == (3, "OMP_NUM_THREADS", False)
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
-    for load, expected in ((0.0, 4), (1.2, 3), (2.6, 1), (9.0, 1)):
+    for load, expected, waits in ((0.0, 4, ""), (1.2, 3, ", passive wait"), (2.6, 1, ""), (9.0, 1, "")):
         monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
         got = choose_threads()
         assert (got.count, got.chosen) == (expected, True), load
-        assert got.line() == f"threads: {expected} (4 cores, load {load:.1f}; --threads N to override)"
+        assert got.line() == f"threads: {expected}{waits} (4 cores, load {load:.1f}; --threads N to override)"
+
+
+def test_the_wait_policy_is_passive_beside_other_work_and_always_in_serve(monkeypatch):
+    """More than one thread on a machine that is not idle (or in a server) waits passively; one
+    thread has nothing to wait for; OMP_WAIT_POLICY in the environment wins."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    for load, server, expected in ((0.0, False, None), (0.0, True, "PASSIVE"), (0.6, False, "PASSIVE"),
+                                   (3.5, True, None)):  # 3.5 of 4 cores busy: one thread
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert choose_threads(server=server).wait_policy == expected, (load, server)
+    assert choose_threads(2, server=True).wait_policy == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert choose_threads(2, server=True).wait_policy is None
+
+
+def test_the_wait_policy_reaches_openmp_before_torch_loads(tmp_path):
+    """In a fresh interpreter: `apply_threads` sets OMP_WAIT_POLICY before torch is imported."""
+    script = ("import os, sys; from bertkit.threads import Threads, apply_threads; "
+              "apply_threads(Threads(2, 'test', False, 'PASSIVE')); import torch; "
+              "print(os.environ['OMP_WAIT_POLICY'], torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.stdout.split() == ["PASSIVE", "2"], done.stderr
 
 
 def _bertkit(args: list[str], cwd: Path, omp: str | None) -> subprocess.CompletedProcess:
@@ -43,7 +71,8 @@ def _bertkit(args: list[str], cwd: Path, omp: str | None) -> subprocess.Complete
 
 
 @pytest.mark.parametrize("omp, flags, line", [
-    (None, [], r"bertkit embed: threads: [1-9]\d* \(\d+ cores, load \d+\.\d; --threads N to override\)"),
+    (None, [], r"bertkit embed: threads: [1-9]\d*(, passive wait)? \(\d+ cores, load \d+\.\d; "
+               r"--threads N to override\)"),
     (None, ["--threads", "1"], None),
     ("1", [], None),
 ])

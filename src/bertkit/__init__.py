@@ -20,6 +20,7 @@ _EXPORTS = {
     "BertForQuestionAnswering": "bertkit.heads",
     "BertForSequenceClassification": "bertkit.heads",
     "BertForTokenClassification": "bertkit.heads",
+    "ElectraForPreTraining": "bertkit.electra",
     "Encoding": "bertkit.tokenizer",
     "Tokenizer": "bertkit.tokenizer",
 }

@@ -1,6 +1,9 @@
-"""`--device` for every command: "auto" picks CUDA, then Apple's MPS, then the CPU."""
+"""`--device` for every command: "auto" picks CUDA, then Apple's MPS, then the CPU; `--precision`
+(fp32, or bf16 autocast where the hardware computes bf16) and the one autocast context it means."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -53,3 +56,24 @@ def resolve_precision(name: str, device: torch.device) -> str:
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if device.type == "cpu" and cpu_has_bf16() else "fp32"
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def autocast(precision: str, device: torch.device | str):
+    """The context a forward pass runs in for a resolved precision: bf16 autocast (weights stay
+    fp32; matmuls in bf16, softmax and LayerNorm in fp32), or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def inference_precision(name: str, device: torch.device, int8: bool = False, backend: str = "torch") -> str:
+    """The precision an inference command runs in: `resolve_precision`'s, except that int8 and the
+    ONNX backend run their own kernels, so "auto" means fp32 for them and "bf16" is refused."""
+    if int8 or backend != "torch":
+        if name == "bf16":
+            raise UserError("bf16 runs torch models under autocast: not with int8 or the ONNX backend")
+        return "fp32"
+    return resolve_precision(name, device)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertkit.data.batching import collate, pad_rows, to_device
+from bertkit.devices import autocast
 from bertkit.errors import UserError
 from bertkit.model import BertModel
 from bertkit.tokenizer import Tokenizer
@@ -88,8 +89,11 @@ def load_encoder(path: str | os.PathLike) -> tuple[BertModel, Tokenizer]:
 def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *, pooling: str = "mean",
                 layers: Sequence[int] = (-1,), combine: str = "concat", normalize: bool = False,
                 batch_size: int = 32, max_length: int = 512, device: str | torch.device = "cpu",
-                progress: bool = True, report: dict | None = None) -> np.ndarray:
+                progress: bool = True, report: dict | None = None, precision: str = "fp32") -> np.ndarray:
     """One float32 vector per text: (N, C), or (N, C*k) for k concatenated layers.
+
+    `precision` "bf16" runs the encoder under bf16 autocast (`devices.autocast`); pooling and
+    normalising stay fp32.
 
     Texts longer than `max_length` tokens (or the model's position limit, if smaller) are cut;
     a `report` dict given is filled with how many were ("cut") and the limit ("max_length").
@@ -122,7 +126,8 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
                 batch = order[start:start + batch_size]
                 ids = pad_rows([encodings[i].ids for i in batch], tokenizer.pad_id).to(device)  # (B, T)
                 mask = pad_rows([encodings[i].attention_mask for i in batch], 0).to(device)  # (B, T)
-                result = model(ids, attention_mask=mask, output_hidden_states=not only_last)
+                with autocast(precision, device):
+                    result = model(ids, attention_mask=mask, output_hidden_states=not only_last)
                 if graph_pooled:  # an ONNX export's own pooled (and normalised) vectors
                     out[batch] = result.sentence_embedding
                     bar.update(len(batch))
@@ -130,7 +135,7 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
                 if only_last:
                     hidden = result.last_hidden_state  # (B, T, C)
                 else:
-                    hidden = select_layers(result.hidden_states, layers, combine)  # (B, T, C or C*k)
+                    hidden = select_layers([h.float() for h in result.hidden_states], layers, combine)  # (B, T, C*k)
                 vectors = pool(hidden.float(), mask, pooling)  # (B, width)
                 if normalize:
                     vectors = F.normalize(vectors, p=2, dim=-1)

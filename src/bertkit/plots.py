@@ -1,7 +1,8 @@
 """Every PNG bertkit draws, with matplotlib's Agg backend, each file written atomically.
 
 - pretraining: loss.png (training loss per logging step, validation loss per evaluation) and
-  accuracy.png (validation MLM or next-token accuracy, NSP accuracy), redrawn at each
+  accuracy.png (validation MLM or next-token accuracy, NSP accuracy; ELECTRA's discriminator at
+  replaced and at original tokens), redrawn at each
   evaluation so a person can watch a run by reloading an image;
 - fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (at each
   evaluation: per epoch, or every --eval-every steps), for bertkit's loop and transformers' Trainer;
@@ -80,7 +81,9 @@ def write_plots(records: list[dict], run_dir: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     shown = []
     for key, label in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy"),
-                       ("next_token_accuracy", "val next-token accuracy")):
+                       ("next_token_accuracy", "val next-token accuracy"),
+                       ("replaced_accuracy", "val RTD accuracy, replaced tokens"),
+                       ("original_accuracy", "val RTD accuracy, original tokens")):
         x, y = _series(records, "val", key)
         if x:
             _line(ax, x, y, label=label, marker="o", markersize=3)

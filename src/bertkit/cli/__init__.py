@@ -117,7 +117,7 @@ def _threads(name: str, args) -> None:
     reported when it was made here (a count the user fixed is not repeated back)."""
     from bertkit.threads import apply_threads, choose_threads
 
-    threads = choose_threads(args.threads)
+    threads = choose_threads(args.threads, server=name == "serve")
     apply_threads(threads)
     args.threads = threads.count
     if threads.chosen:

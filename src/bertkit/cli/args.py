@@ -168,6 +168,20 @@ def json_object(text: str) -> dict:
 
 
 # ---- outputs ----
+def add_precision(parser, default: str = "auto", why: str = "") -> None:
+    """`--precision auto|fp32|bf16`, the inference commands' one flag (`devices.resolve_precision`)."""
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=default,
+                        help="bf16: the forward pass under bf16 autocast (weights stay fp32); auto: bf16 where the "
+                             "CPU computes it natively (AVX512-BF16 or AMX) or on a bf16 CUDA GPU, else fp32" + why)
+
+
+def check_precision(precision: str, int8: bool, backend: str = "torch") -> None:
+    """bf16 is torch's autocast: refused beside int8 or the ONNX backend (`auto` is fp32 there)."""
+    if precision == "bf16" and (int8 or backend != "torch"):
+        other = "--int8" if int8 else "--backend onnx"
+        raise UserError(f"--precision bf16 runs torch models in bf16: not with {other}")
+
+
 def add_overwrite(parser, what: str) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help=f"replace an existing {what} at the output path (refused otherwise)")

@@ -14,7 +14,9 @@ from pathlib import Path
 from bertkit.cli import note_cut
 from bertkit.cli.args import (
     add_overwrite,
+    add_precision,
     check_output_file,
+    check_precision,
     comma_ints,
     device_name,
     existing_file,
@@ -48,6 +50,7 @@ def add_arguments(parser) -> None:
            "with --backend onnx, run the export's int8 graph")
     a("--backend", choices=("torch", "onnx"), default="torch",
       help="torch: the model's weights; onnx: a `bertkit export` folder in ONNX Runtime (CPU, last layer only)")
+    add_precision(parser)
 
 
 def check(args) -> None:
@@ -67,6 +70,7 @@ def check(args) -> None:
         raise UserError("--backend onnx gives the last layer only: drop --layers or use --backend torch")
     if args.backend == "onnx" and args.device not in ("auto", "cpu"):
         raise UserError("--backend onnx runs on the CPU: drop --device or use --device cpu")
+    check_precision(args.precision, args.int8, args.backend)
 
 
 def _read_sentences(path: Path) -> list[str]:
@@ -86,7 +90,7 @@ def run(args) -> int:
     sentences = _read_sentences(Path(args.input))  # before torch is imported: a bad file is reported at once
     import numpy as np
 
-    from bertkit.devices import resolve_device
+    from bertkit.devices import inference_precision, resolve_device
     from bertkit.embed import embed_texts
     from bertkit.export.backend import load_encoder_for
     from bertkit.io import atomic_path
@@ -94,14 +98,15 @@ def run(args) -> int:
     device = resolve_device("cpu" if args.backend == "onnx" else args.device)
     if args.int8 and device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")
+    precision = inference_precision(args.precision, device, args.int8, args.backend)
     model, tokenizer = load_encoder_for(args.model, args.backend, args.int8)
     report: dict = {}
     vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=args.layers, combine=args.combine,
                           normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
-                          device=device, report=report)
+                          device=device, report=report, precision=precision)
     note_cut("embed", report["cut"], len(sentences), report["max_length"])
     # np.save appends ".npy" to a bare name; through an open handle the name stays as given
     with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
         np.save(f, vectors)
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {args.out}")
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {args.out} ({precision})")
     return 0

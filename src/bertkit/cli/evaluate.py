@@ -23,7 +23,9 @@ from pathlib import Path
 from bertkit.cli import note_cut
 from bertkit.cli.args import (
     add_overwrite,
+    add_precision,
     check_output_file,
+    check_precision,
     device_name,
     existing_file,
     int_between,
@@ -49,7 +51,8 @@ def add_arguments(parser) -> None:
     a("--text-columns", help="classify/regress: text column(s); default: as fine-tuned")
     a("--label-column", help="classify/regress: label column; default: as fine-tuned")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
+    add_precision(parser, "fp32", " (default fp32: evaluate reproduces the scores finetune wrote to results.json, "
+                  "which it computes in fp32 unless trained with --precision bf16)")
     a("--int8", action="store_true",
       help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference; with --backend onnx, "
            "run the export's int8 graph")
@@ -77,8 +80,8 @@ def _check_retrieval(args) -> None:
     for flag in ("data", "out", "text_columns", "label_column"):
         if getattr(args, flag):
             raise UserError(f"--{flag.replace('_', '-')} does not apply to --task retrieval")
-    if args.zero_shot or args.precision != "fp32":
-        raise UserError("--task retrieval embeds in fp32 or int8: no --zero-shot or --precision")
+    if args.zero_shot:
+        raise UserError("--zero-shot does not apply to --task retrieval")
     if args.model:
         _check_backend(args)
 
@@ -87,8 +90,9 @@ def _check_backend(args) -> None:
     from bertkit.export import check_backend
 
     check_backend(args.model, args.backend)
-    if args.backend == "onnx" and (args.device not in ("auto", "cpu") or args.precision != "fp32"):
-        raise UserError("--backend onnx runs on the CPU in fp32 (or int8 with --int8): no --device or --precision")
+    if args.backend == "onnx" and args.device not in ("auto", "cpu"):
+        raise UserError("--backend onnx runs on the CPU: drop --device or use --device cpu")
+    check_precision(args.precision, args.int8, args.backend)
 
 
 def check(args) -> None:
@@ -103,14 +107,12 @@ def check(args) -> None:
         raise UserError(f"--data is required for --task {args.task}")
     if args.zero_shot and args.out:
         raise UserError("--zero-shot writes no predictions: drop --out")
-    if args.int8 and args.precision != "fp32":
-        raise UserError("--int8 runs models on the CPU in int8: no --precision bf16")
     _check_backend(args)
     if args.out:
         check_output_file(args.out, "--out", args.overwrite)
 
 
-def _run_retrieval(args, device) -> dict:
+def _run_retrieval(args, rt) -> dict:
     from bertkit.data.beir import read_corpus, read_qrels, read_queries
     from bertkit.search.encoder import Encoder
     from bertkit.search.evaluate import evaluate_retrieval
@@ -118,8 +120,8 @@ def _run_retrieval(args, device) -> dict:
     queries, corpus, qrels = read_queries(args.queries), read_corpus(args.corpus), read_qrels(args.qrels)
     encoder = None
     if args.model:
-        encoder = Encoder.load(args.model, args.pooling, args.max_seq_len, args.batch_size, device,
-                               backend=args.backend, int8=args.int8)
+        encoder = Encoder.load(args.model, args.pooling, args.max_seq_len, args.batch_size, rt.device,
+                               backend=args.backend, int8=args.int8, precision=rt.precision)
     report = evaluate_retrieval(queries, corpus, qrels, encoder, args.bm25)
     if "dense" in report["results"]:
         note_cut("evaluate", report["results"]["dense"]["cut"], report["queries"] + report["documents"],
@@ -129,16 +131,17 @@ def _run_retrieval(args, device) -> dict:
 
 
 def run(args) -> int:
-    from bertkit.devices import resolve_device
+    from bertkit.devices import inference_precision, resolve_device
     from bertkit.finetune.task import Runtime
 
     model_dir = Path(args.model) if args.model else None
-    rt = Runtime(resolve_device("cpu" if args.backend == "onnx" else args.device), args.precision, args.batch_size)
-    if args.int8 and rt.device.type != "cpu":
+    device = resolve_device("cpu" if args.backend == "onnx" else args.device)
+    if args.int8 and device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")
+    rt = Runtime(device, inference_precision(args.precision, device, args.int8, args.backend), args.batch_size)
     columns = args.text_columns.split(",") if args.text_columns else None
     if args.task == "retrieval":
-        report = _run_retrieval(args, rt.device)
+        report = _run_retrieval(args, rt)
     elif args.zero_shot:
         from bertkit.eval.sts import read_scored_pairs, zero_shot_similarity
 
@@ -146,11 +149,11 @@ def run(args) -> int:
         cut: dict = {}
         metrics = zero_shot_similarity(model_dir, examples, spec, args.pooling or "mean", args.batch_size,
                                        args.max_seq_len or 128, rt.device, report=cut, backend=args.backend,
-                                       int8=args.int8)
+                                       int8=args.int8, precision=rt.precision)
         note_cut("evaluate", cut["cut"], 2 * len(examples), cut["max_length"])
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data), "zero_shot": True,
                   "pooling": args.pooling or "mean", "examples": len(examples), "backend": args.backend,
-                  "int8": args.int8, **metrics}
+                  "int8": args.int8, "precision": rt.precision, **metrics}
     else:
         from bertkit.finetune.registry import task_for_model
         from bertkit.finetune.run import evaluate_saved
@@ -162,7 +165,8 @@ def run(args) -> int:
         if args.out:
             task.write_predictions(Path(args.out), data, predictions)
         report = {"task": args.task, "model": str(model_dir), "data": str(args.data),
-                  "examples": len(data.examples), "backend": args.backend, "int8": args.int8, **metrics}
+                  "examples": len(data.examples), "backend": args.backend, "int8": args.int8,
+                  "precision": rt.precision, **metrics}
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0

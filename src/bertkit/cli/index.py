@@ -13,6 +13,7 @@ from __future__ import annotations
 from bertkit.cli import note_cut
 from bertkit.cli.args import (
     add_overwrite,
+    add_precision,
     check_output_dir,
     device_name,
     existing_file,
@@ -43,6 +44,7 @@ def add_arguments(parser) -> None:
     a("--connectivity", type=int_between(2, 256), default=16, help="HNSW edges per node")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     a("--no-progress", action="store_true", help="no progress bar")
+    add_precision(parser)
 
 
 def check(args) -> None:
@@ -52,12 +54,14 @@ def check(args) -> None:
 def run(args) -> int:
     import torch
 
-    from bertkit.devices import resolve_device
+    from bertkit.devices import resolve_device, resolve_precision
     from bertkit.io import atomic_dir
     from bertkit.search.encoder import Encoder
     from bertkit.search.index import IndexSettings, build_index
 
-    encoder = Encoder.load(args.model, args.pooling, args.max_length, args.batch_size, resolve_device(args.device))
+    device = resolve_device(args.device)
+    encoder = Encoder.load(args.model, args.pooling, args.max_length, args.batch_size, device,
+                           precision=resolve_precision(args.precision, device))
     settings = IndexSettings(dtype=args.dtype, ann_threshold=args.ann_threshold, chunk=args.chunk,
                              connectivity=args.connectivity, threads=torch.get_num_threads())
     with atomic_dir(args.out) as tmp:

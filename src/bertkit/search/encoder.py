@@ -26,10 +26,12 @@ class Encoder:
     max_length: int
     batch_size: int = 32
     device: str = "cpu"
+    precision: str = "fp32"  # "bf16": the forward pass under bf16 autocast
 
     @classmethod
     def load(cls, model_dir: str | os.PathLike, pooling: str | None = None, max_length: int | None = None,
-             batch_size: int = 32, device: str = "cpu", backend: str = "torch", int8: bool = False) -> Encoder:
+             batch_size: int = 32, device: str = "cpu", backend: str = "torch", int8: bool = False,
+             precision: str = "fp32") -> Encoder:
         """`backend` "onnx": a `bertkit export` folder in ONNX Runtime; `int8`: its int8 graph, or
         for torch the weights quantized (`bertkit.quantize`)."""
         from bertkit.export.backend import load_encoder_for
@@ -37,11 +39,11 @@ class Encoder:
         own_pooling, own_length = model_pooling(model_dir)
         model, tokenizer = load_encoder_for(model_dir, backend, int8)
         return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size,
-                   device)
+                   device, precision)
 
     def encode(self, texts: list[str], progress: bool = False, report: dict | None = None) -> np.ndarray:
         from bertkit.embed import embed_texts
 
         return embed_texts(self.model, self.tokenizer, texts, pooling=self.pooling, normalize=True,
                            batch_size=self.batch_size, max_length=self.max_length, device=self.device,
-                           progress=progress, report=report)
+                           progress=progress, report=report, precision=self.precision)

@@ -83,7 +83,8 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
     if graph is not None:
         graph.save(str(out / ANN_FILE))
     meta = {"format": FORMAT, "version": 1, "model": str(Path(encoder.model_dir).resolve()),
-            "pooling": encoder.pooling, "normalized": True, "max_length": encoder.max_length, "count": count,
+            "pooling": encoder.pooling, "precision": encoder.precision, "normalized": True,
+            "max_length": encoder.max_length, "count": count,
             "dim": dim, "dtype": settings.dtype, "cut": cut, "source": str(docs),
             "ann": None if graph is None else {"library": "usearch", "file": ANN_FILE, **asdict(settings)},
             "build_seconds": round(time.perf_counter() - start, 3)}

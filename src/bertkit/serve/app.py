@@ -1,6 +1,8 @@
 """The ASGI app of `bertkit serve` (Starlette): routes, the request path, loading and draining.
 
-A POST request goes: phase check (503 while loading or draining) -> bounded body -> JSON ->
+The routes come from one table, `serve.api.ROUTES` (which also gives /openapi.json and /docs).
+A POST request goes: phase check (503 while loading or draining) -> Content-Type (415 unless
+JSON) -> bounded body -> JSON (depth-checked) ->
 model choice -> the queue bound (429) -> validate and tokenize on the tokenizing thread ->
 rows to the batcher (the model runs on its worker thread) -> the response built on the
 tokenizing thread again. The event loop only moves bytes, so a long tokenization or forward
@@ -17,7 +19,8 @@ GET /health too. `drain()` (SIGTERM) makes every new request answer 503 while th
 accepted finish; the app's shutdown then lets the batcher finish its queue.
 
 With an API key set, every request but GET /health needs `Authorization: Bearer KEY`
-(compared in constant time).
+(compared in constant time). Refusals on OpenAI's routes take OpenAI's error shape, the others
+TEI's (`error_response`); a 405 names the methods the route takes in `Allow`.
 """
 
 from __future__ import annotations
@@ -32,16 +35,15 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 
 from bertkit.errors import UserError
-from bertkit.serve import routes, spans
+from bertkit.serve.api import ROUTES
 from bertkit.serve.backend import BACKENDS, pad_batch
 from bertkit.serve.batcher import Batcher, Job, Row
 from bertkit.serve.metrics import Metrics
 from bertkit.serve.models import ModelSpec
-from bertkit.serve.requests import ApiError, Limits, parse_json, read_body
+from bertkit.serve.requests import ApiError, Limits, check_content_type, parse_json, read_body
+from bertkit.serve.routes import Work
 
-PREPARE = {"/embed": routes.embed, "/v1/embeddings": routes.openai_embeddings, "/rerank": routes.rerank,
-           "/predict": routes.predict, "/tokenize": routes.tokenize, "/ner": spans.ner, "/qa": spans.qa,
-           "/fill-mask": spans.fill_mask}
+OPENAI_PATHS = frozenset(path for path, route in ROUTES.items() if route.openai_errors)
 
 
 class Service:
@@ -104,11 +106,12 @@ class Service:
                                 f"{', '.join(spec.routes)}")
         return spec
 
-    async def answer(self, route: str, request) -> tuple[int, object]:
-        """(status, JSON body) for one POST request."""
+    async def answer(self, route: str, request) -> tuple[object, dict]:
+        """(JSON body, extra headers) of one POST request's 200 answer; an ApiError otherwise."""
         if self.phase != "ready":
             raise ApiError(503, "draining: the server is shutting down" if self.phase != "loading"
                            else "loading the models; retry shortly")
+        check_content_type(request.headers.get("content-type"))
         body = parse_json(await read_body(request.stream(), request.headers.get("content-length"), self.limits))
         spec = self.pick(body, route)
         if self.in_flight >= self.limits.max_queue:
@@ -117,14 +120,14 @@ class Service:
         self.in_flight += 1
         gone = asyncio.ensure_future(_disconnected(request.receive))
         try:
-            work = await loop.run_in_executor(self.pool, PREPARE[route], spec, body, self.limits)
+            work = await loop.run_in_executor(self.pool, ROUTES[route].prepare, spec, body, self.limits)
             outputs = [] if work.op is None else await self._outputs(spec, work, gone)
-            return 200, await loop.run_in_executor(self.pool, work.finish, outputs)
+            return await loop.run_in_executor(self.pool, work.finish, outputs), work.headers
         finally:
             gone.cancel()
             self.in_flight -= 1
 
-    async def _outputs(self, spec: ModelSpec, work: routes.Work, gone: asyncio.Future) -> list:
+    async def _outputs(self, spec: ModelSpec, work: Work, gone: asyncio.Future) -> list:
         """The outputs of `work`'s rows from the batcher; if the client goes away first (`gone`),
         its rows still waiting are dropped and ClientDisconnect is raised."""
         from starlette.requests import ClientDisconnect
@@ -156,10 +159,12 @@ async def _disconnected(receive) -> None:
         await asyncio.sleep(0.05)  # any other message: look again, without spinning
 
 
-def error_response(e: ApiError):
+def error_response(e: ApiError, path: str = "", headers: dict | None = None):
+    """The one JSON error of a refusal: OpenAI's shape on OpenAI's routes, TEI's elsewhere."""
     from starlette.responses import JSONResponse
 
-    return JSONResponse(e.body(), status_code=e.status)
+    body = e.openai_body() if path in OPENAI_PATHS else e.body()
+    return JSONResponse(body, status_code=e.status, headers=headers)
 
 
 class Gate:
@@ -189,7 +194,7 @@ class Gate:
             token = given[7:] if given[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(token, self.key):
                 what = "wrong API key" if token else "missing API key: send Authorization: Bearer KEY"
-                await error_response(ApiError(401, what))(scope, receive, send)
+                await error_response(ApiError(401, what), scope["path"])(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -201,29 +206,32 @@ def _post(service: Service, route: str):
     async def endpoint(request):
         start = time.perf_counter()
         try:
-            status, result = await service.answer(route, request)
-            response = JSONResponse(result, status_code=status)
+            result, headers = await service.answer(route, request)
+            response = JSONResponse(result, headers=headers)
         except ApiError as e:
-            response = error_response(e)
+            response = error_response(e, route)
         except UserError as e:
-            response = error_response(ApiError(422, str(e)))
+            response = error_response(ApiError(422, str(e)), route)
         except ClientDisconnect:
             response = Response(status_code=499)
         except Exception as e:  # a bug or a backend failure: the server stays up
             service.log(f"error on {route}: {type(e).__name__}: {e}")
-            response = error_response(ApiError(500, f"{type(e).__name__}: {e}"))
+            response = error_response(ApiError(500, f"{type(e).__name__}: {e}"), route)
         service.metrics.request(route, response.status_code, time.perf_counter() - start)
         return response
 
     return endpoint
 
 
-def create_app(service: Service, api_key: str | None = None):
-    """The Starlette app serving `service`; its lifespan starts the batcher and the loading."""
-    from starlette.applications import Starlette
-    from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, Response
+def _gets(service: Service) -> list:
+    """The GET routes: /health, /info, /metrics, /openapi.json and the offline /docs page."""
+    from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
+
+    from bertkit import __version__
+    from bertkit.serve.api import DOCS_FILES, DOCS_PAGE, docs_assets, openapi
+
+    document = openapi(__version__, list(service.specs.values()))
 
     async def health(request):
         if service.phase != "ready":
@@ -237,8 +245,35 @@ def create_app(service: Service, api_key: str | None = None):
         data, kind = service.metrics.text()
         return Response(data, media_type=kind)
 
+    async def schema(request):
+        return JSONResponse(document)
+
+    async def docs(request):
+        name = request.path_params.get("name")
+        folder = docs_assets()
+        if folder is None:
+            return error_response(ApiError(404, "/docs needs the swagger-ui-bundle package (pip install "
+                                                "'bertkit[serve]'); the schema is at /openapi.json"))
+        if name is None:
+            return HTMLResponse(DOCS_PAGE)
+        if name not in DOCS_FILES:
+            return error_response(ApiError(404, f"no file /docs/{name[:64]}"))
+        return FileResponse(folder / name, media_type=DOCS_FILES[name])
+
+    table = {"/health": health, "/info": info, "/metrics": metrics, "/openapi.json": schema, "/docs": docs,
+             "/docs/{name}": docs}
+    return [Route(path, endpoint, methods=["GET"]) for path, endpoint in table.items()]
+
+
+def create_app(service: Service, api_key: str | None = None):
+    """The Starlette app serving `service`; its lifespan starts the batcher and the loading."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.routing import Route
+
     async def http_error(request, exc):
-        return error_response(ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"))
+        e = ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
+        return error_response(e, request.url.path, exc.headers)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -250,8 +285,6 @@ def create_app(service: Service, api_key: str | None = None):
         service.pool.shutdown(wait=True)
         service.log(f"stopped: {service.accepted} requests accepted, {service.answered} answered")
 
-    table = [Route("/health", health, methods=["GET"]), Route("/info", info, methods=["GET"]),
-             Route("/metrics", metrics, methods=["GET"])]
-    table += [Route(path, _post(service, path), methods=["POST"]) for path in PREPARE]
+    table = _gets(service) + [Route(path, _post(service, path), methods=["POST"]) for path in ROUTES]
     app = Starlette(routes=table, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     return Gate(app, service, api_key)

@@ -6,6 +6,7 @@ returns one numpy array per row, real tokens only:
 | op | row output |
 |---|---|
 | embed | (C,) the pooled sentence vector, not normalised |
+| hidden | (n, C) the last layer's vector of each of the row's n tokens |
 | classify | (L,) logits of the sequence classifier |
 | tokens | (n, L) logits of each of the row's n tokens (token classifier) |
 | qa | (n, 2) start and end logits of each token |
@@ -65,7 +66,8 @@ _HEADS = {"masked-lm": "BertForMaskedLM", "classifier": "BertForSequenceClassifi
 
 class TorchBackend:
     """bertkit's own PyTorch model, in eval mode under inference_mode (int8 linear layers when the
-    spec says int8: `bertkit.quantize`, CPU only); on the CPU on the unpadded
+    spec says int8: `bertkit.quantize`, CPU only; under bf16 autocast when its precision is bf16,
+    outputs returned as float32); on the CPU on the unpadded
     path (`model.set_unpadding`: the dense layers run on real tokens only, so a batch of mixed
     lengths costs its real tokens; outputs equal the padded path's to float rounding). On a GPU,
     short batches are launch-bound and the padded path is faster (bench/README.md)."""
@@ -95,26 +97,35 @@ class TorchBackend:
     def run(self, op: str, batch: Batch) -> list[np.ndarray]:
         import torch
 
-        with torch.inference_mode():
-            ids, types, mask = (torch.from_numpy(a).to(self.device)
-                                for a in (batch.input_ids, batch.token_type_ids, batch.attention_mask))
-            lengths = batch.lengths
-            if op == "embed":
-                from bertkit.embed import pool
+        from bertkit.devices import autocast
 
-                hidden = self.encoder(ids, attention_mask=mask, token_type_ids=types).last_hidden_state  # (B, T, C)
-                return list(pool(hidden.float(), mask, self.spec.pooling).cpu().numpy())
-            if op == "classify":
-                return list(self.model(ids, attention_mask=mask, token_type_ids=types).logits.float().cpu().numpy())
-            if op == "tokens":
-                logits = self.model(ids, attention_mask=mask, token_type_ids=types).logits.float().cpu().numpy()
-                return [row[:n] for row, n in zip(logits, lengths)]  # (n, L) each
-            if op == "qa":
-                out = self.model(ids, attention_mask=mask, token_type_ids=types)
-                both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()  # (B, T, 2)
-                return [row[:n] for row, n in zip(both, lengths)]
-            if op == "mlm":
-                return self._masked(ids, types, mask)
+        with torch.inference_mode(), autocast(self.spec.precision, self.device):
+            return self._run(op, batch)
+
+    def _run(self, op: str, batch: Batch) -> list[np.ndarray]:
+        import torch
+
+        ids, types, mask = (torch.from_numpy(a).to(self.device)
+                            for a in (batch.input_ids, batch.token_type_ids, batch.attention_mask))
+        lengths = batch.lengths
+        if op in ("embed", "hidden"):
+            from bertkit.embed import pool
+
+            hidden = self.encoder(ids, attention_mask=mask, token_type_ids=types).last_hidden_state.float()  # (B, T, C)
+            if op == "hidden":
+                return [row[:n] for row, n in zip(hidden.cpu().numpy(), lengths)]  # (n, C) each
+            return list(pool(hidden, mask, self.spec.pooling).cpu().numpy())
+        if op == "classify":
+            return list(self.model(ids, attention_mask=mask, token_type_ids=types).logits.float().cpu().numpy())
+        if op == "tokens":
+            logits = self.model(ids, attention_mask=mask, token_type_ids=types).logits.float().cpu().numpy()
+            return [row[:n] for row, n in zip(logits, lengths)]  # (n, L) each
+        if op == "qa":
+            out = self.model(ids, attention_mask=mask, token_type_ids=types)
+            both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()  # (B, T, 2)
+            return [row[:n] for row, n in zip(both, lengths)]
+        if op == "mlm":
+            return self._masked(ids, types, mask)
         raise ValueError(f"unknown operation {op!r}")
 
     def _masked(self, ids, types, mask) -> list[np.ndarray]:

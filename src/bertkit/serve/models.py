@@ -2,9 +2,10 @@
 
 The kind comes from the heads the weights file holds (`hf.heads_in`), the architecture
 config.json names and the task `bertkit finetune` saved beside the model (`finetune.json`,
-read by `finetune.registry.saved_settings`):
+read by `finetune.registry.saved_settings`). Every kind serves POST /, /tokenize, /decode and
+the embedding routes (/embed, /embed_all, /similarity, /v1/embeddings, /embeddings); besides:
 
-| kind | heads | routes, besides /embed, /v1/embeddings and /tokenize |
+| kind | heads | routes |
 |---|---|---|
 | encoder | none (a bare or sentence-transformers encoder) | - |
 | masked-lm | masked-LM (BertForMaskedLM, BertForPreTraining) | /fill-mask |
@@ -16,21 +17,22 @@ Every kind embeds with its encoder, as `bertkit embed` does for a directory of a
 as its sentence-transformers files say (`st.model_pooling`; mean otherwise).
 
 With `--backend onnx` the directory is a `bertkit export` folder and the kind comes from its
-`onnx.json`: an embedding graph serves the embedding routes, a head graph its head's route and
-/tokenize only (the graph gives the head's logits, not the encoder's vectors).
+`onnx.json`: an embedding graph serves the embedding routes, a head graph its head's route,
+POST /, /tokenize and /decode only (the graph gives the head's logits, not the encoder's vectors).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bertkit.errors import UserError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-COMMON_ROUTES = ("/embed", "/v1/embeddings", "/tokenize")
+TEXT_ROUTES = ("/", "/tokenize", "/decode")  # every model (POST / dispatches by kind: serve.compat)
+EMBED_ROUTES = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings")
 KIND_ROUTES = {"encoder": (), "masked-lm": ("/fill-mask",), "classifier": ("/predict",),
                "token-classifier": ("/ner",), "question-answering": ("/qa",)}
 QA_WINDOW = 384  # tokens per question-answering window, unless the model was trained with another
@@ -50,14 +52,14 @@ class ModelSpec:
     labels: list[str]  # classifier and token-classifier outputs, in id order; [] otherwise
     embeds: bool = True  # serves the embedding routes (an ONNX head graph does not)
     int8: bool = False  # int8 inference: an ONNX export's int8 graph, or torch's int8 linear layers (CPU)
+    precision: str = "fp32"  # "bf16": the torch backend runs under bf16 autocast (`devices.autocast`)
 
     @property
     def routes(self) -> tuple[str, ...]:
         extra = KIND_ROUTES[self.kind]
         if self.kind == "classifier" and self.config.num_labels == 1:
             extra = (*extra, "/rerank")
-        common = COMMON_ROUTES if self.embeds else tuple(r for r in COMMON_ROUTES if r == "/tokenize")
-        return (*common, *extra)
+        return (*TEXT_ROUTES, *(EMBED_ROUTES if self.embeds else ()), *extra)
 
     @property
     def regression(self) -> bool:
@@ -66,6 +68,7 @@ class ModelSpec:
     def info(self) -> dict:
         return {"name": self.name, "path": str(self.path), "kind": self.kind, "routes": list(self.routes),
                 "max_input_length": self.max_length, "pooling": self.pooling, "labels": self.labels,
+                "precision": self.precision, "int8": self.int8,
                 "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers}
 
 
@@ -99,10 +102,11 @@ _EXPORT_KINDS = {"embedding": "encoder", "BertForSequenceClassification": "class
                  "BertForMaskedLM": "masked-lm", "BertForPreTraining": "masked-lm"}
 
 
-def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = False) -> ModelSpec:
+def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = False,
+             precision: str = "fp32") -> ModelSpec:
     """The served form of a model directory (for `backend` "onnx", an export folder, its int8
-    graph when `int8`; for "torch", `int8` quantizes the linear layers as `bertkit.quantize` does);
-    a UserError for one that cannot be served."""
+    graph when `int8`; for "torch", `int8` quantizes the linear layers as `bertkit.quantize` does,
+    and `precision` "bf16" runs it under autocast); a UserError for one that cannot be served."""
     from bertkit.export import META_FILE, check_backend
 
     if not NAME.fullmatch(name):
@@ -115,7 +119,7 @@ def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = F
         if int8 and "int8" not in meta.get("files", {}):
             raise UserError("exported without --int8: no int8 graph (export again with --int8)", path)
         return _describe_export(name, Path(path), meta, int8)
-    return _describe_weights(name, Path(path), int8)
+    return replace(_describe_weights(name, Path(path), int8), precision=precision)
 
 
 def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec:

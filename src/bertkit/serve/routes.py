@@ -1,17 +1,20 @@
 """Each POST route as two halves: `prepare` (validate and tokenize) and `finish` (outputs -> JSON).
 
 `prepare(spec, body, limits)` runs on the tokenizing thread and returns a `Work`: the
-operation to run, one (ids, type ids) row per sequence, and `finish`, which turns the rows'
-outputs (see `serve.backend`) into the response. Shapes follow TEI where TEI has the route
-(/embed, /rerank, /predict, /tokenize) and OpenAI's for /v1/embeddings; /ner, /qa and
-/fill-mask follow transformers' pipelines, with character offsets into the text as sent.
+operation to run, one (ids, type ids) row per sequence, `finish`, which turns the rows'
+outputs (see `serve.backend`) into the response, and the response's extra headers. Shapes follow
+TEI where TEI has the route (/embed, /embed_all, /similarity, /rerank, /predict, /tokenize,
+/decode); /v1/embeddings is OpenAI's (`serve.openai`), /ner, /qa and /fill-mask follow
+transformers' pipelines (`serve.spans`), and POST / dispatches as TEI does (`serve.compat`).
+
+An input longer than the model's tokens meets its route's policy, `long_inputs`: the one place
+that decides (the long-inputs issue's windows and chunks plug in there).
 """
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,29 +23,49 @@ from bertkit.serve.requests import (
     ApiError,
     Limits,
     check_count,
-    choice,
     flag,
+    integer,
     text,
     texts,
 )
 
+TRUNCATED_HEADER = "X-Truncated-Inputs"  # the indices of inputs that were cut to the model's tokens
 
-@dataclass
+
+@dataclasses.dataclass
 class Work:
-    op: str | None  # None: nothing for the model to run (/tokenize)
+    op: str | None  # None: nothing for the model to run (/tokenize, /decode)
     rows: list[tuple[list[int], list[int]]]
     finish: Callable[[list[np.ndarray]], object]
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)  # extra response headers
 
 
-def _encode(spec: ModelSpec, inputs: list[str], truncate: bool, field: str, pairs: list[str] | None = None):
+def long_inputs(route: str, body: dict) -> str:
+    """What `route` does with an input longer than the model's tokens: "refuse" (422 naming the
+    field that allows cutting) or "truncate" (cut to the model's tokens; the indices in the
+    X-Truncated-Inputs header). OpenAI's routes have no such field, so they always truncate rather
+    than fail a whole batch for one long text; TEI's routes refuse unless "truncate": true.
+
+    This is the seam for the long-inputs issue: a policy such as "windows" (embed each window,
+    pool the windows) returns its name here and `encode` gives its rows."""
+    if route in ("/v1/embeddings", "/embeddings"):
+        return "truncate"
+    return "truncate" if flag(body, "truncate", False) else "refuse"
+
+
+def encode(spec: ModelSpec, inputs: list[str], policy: str, field: str, pairs: list[str] | None = None):
+    """(encodings, the indices of inputs cut to the model's tokens) under a `long_inputs` policy."""
     encodings = spec.tokenizer.encode_batch(inputs, pairs=pairs, max_length=spec.max_length, truncation=True)
-    if not truncate:
-        for i, e in enumerate(encodings):
-            if e.truncated:
-                where = field if len(encodings) == 1 else f"{field}[{i}]"
-                raise ApiError(422, f"{where} is longer than the model's {spec.max_length} tokens; "
-                                    'send "truncate": true to cut it')
-    return encodings
+    cut = [i for i, e in enumerate(encodings) if e.truncated]
+    if cut and policy == "refuse":
+        where = field if len(encodings) == 1 else f"{field}[{cut[0]}]"
+        raise ApiError(422, f"{where} is longer than the model's {spec.max_length} tokens; "
+                            'send "truncate": true to cut it', param=field)
+    return encodings, cut
+
+
+def cut_header(cut: list[int]) -> dict[str, str]:
+    return {TRUNCATED_HEADER: ",".join(map(str, cut))} if cut else {}
 
 
 def _rows(encodings) -> list[tuple[list[int], list[int]]]:
@@ -58,36 +81,74 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def dimensions(spec: ModelSpec, body: dict, field: str = "dimensions") -> int | None:
+    """A Matryoshka width: at most the model's, None when not asked."""
+    if body.get(field) is None:
+        return None
+    return integer(body, field, spec.config.hidden_size, 1, spec.config.hidden_size)
+
+
+def shape_vector(v: np.ndarray, size: int | None, normalize: bool) -> np.ndarray:
+    """The first `size` components (Matryoshka), then unit length when `normalize`."""
+    v = v[:size] if size else v
+    return _unit(v) if normalize else v
+
+
+def _no_prompts(body: dict) -> None:
+    if body.get("prompt_name") is not None:
+        raise ApiError(422, "prompt_name: this server has no prompts configured", param="prompt_name")
+
+
 def embed(spec: ModelSpec, body: dict, limits: Limits) -> Work:
-    """TEI: {"inputs": str | [str], "normalize": true, "truncate": false} -> [[float]]."""
+    """TEI: {"inputs": str | [str], "normalize": true, "truncate": false, "dimensions"} -> [[float]]."""
     inputs, _ = texts(body, "inputs", limits)
-    normalize, truncate = flag(body, "normalize", True), flag(body, "truncate", False)
-    encodings = _encode(spec, inputs, truncate, "inputs")
-    return Work("embed", _rows(encodings),
-                lambda out: [(_unit(v) if normalize else v).tolist() for v in out])
+    normalize, size = flag(body, "normalize", True), dimensions(spec, body)
+    _no_prompts(body)
+    encodings, cut = encode(spec, inputs, long_inputs("/embed", body), "inputs")
+    return Work("embed", _rows(encodings), lambda out: [shape_vector(v, size, normalize).tolist() for v in out],
+                cut_header(cut))
 
 
-def openai_embeddings(spec: ModelSpec, body: dict, limits: Limits) -> Work:
-    """OpenAI: {"input": str | [str], "model", "encoding_format": "float" | "base64"} -> a list
-    object with unit-length vectors and token usage; base64 is the float32 little-endian bytes."""
-    inputs, _ = texts(body, "input", limits)
-    fmt = choice(body, "encoding_format", "float", ("float", "base64"))
-    size = body.get("dimensions")
-    if size is not None and size != spec.config.hidden_size:
-        raise ApiError(422, f"dimensions: this model gives {spec.config.hidden_size}, not {size!r}")
-    encodings = _encode(spec, inputs, False, "input")
-    tokens = sum(len(e.ids) for e in encodings)
+def embed_all(spec: ModelSpec, body: dict, limits: Limits) -> Work:
+    """TEI: {"inputs": str | [str], "truncate": false} -> for each text, every token's last-layer
+    vector, [CLS] and [SEP] included: [[[float]]]."""
+    inputs, _ = texts(body, "inputs", limits)
+    _no_prompts(body)
+    encodings, cut = encode(spec, inputs, long_inputs("/embed_all", body), "inputs")
+    return Work("hidden", _rows(encodings), lambda out: [v.tolist() for v in out], cut_header(cut))
+
+
+def similarity(spec: ModelSpec, body: dict, limits: Limits) -> Work:
+    """TEI and HF's sentence-similarity: {"inputs": {"source_sentence", "sentences"}, "truncate"}
+    -> [float], the cosine of each sentence's vector to the source sentence's."""
+    pair = body.get("inputs")
+    if not isinstance(pair, dict):
+        raise ApiError(422, 'inputs must be an object {"source_sentence": text, "sentences": [text]}', param="inputs")
+    source = text(pair.get("source_sentence"), "inputs.source_sentence", limits)
+    others, _ = texts(pair, "sentences", limits)
+    encodings, cut = encode(spec, [source, *others], long_inputs("/similarity", body), "inputs")
 
     def finish(out):
-        data = []
-        for i, v in enumerate(out):
-            v = _unit(v).astype("<f4")
-            vector = base64.b64encode(v.tobytes()).decode("ascii") if fmt == "base64" else v.tolist()
-            data.append({"object": "embedding", "index": i, "embedding": vector})
-        return {"object": "list", "data": data, "model": spec.name,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        first = _unit(out[0])
+        return [float(_unit(v) @ first) for v in out[1:]]
 
-    return Work("embed", _rows(encodings), finish)
+    return Work("embed", _rows(encodings), finish, cut_header(cut))
+
+
+def decode(spec: ModelSpec, body: dict, limits: Limits) -> Work:
+    """TEI: {"ids": [int] | [[int]], "skip_special_tokens": true} -> [str], one text per id list."""
+    ids = body.get("ids")
+    batch = ids if isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids) else [ids]
+    check_count(len(batch), "ids", limits)
+    vocab = len(spec.tokenizer)
+    for row in batch:
+        if not isinstance(row, list) or not row or not all(type(i) is int and 0 <= i < vocab for i in row):
+            raise ApiError(422, f"ids must be a list of token ids in [0, {vocab}) or a list of such lists", param="ids")
+        if len(row) > limits.max_input_chars:
+            raise ApiError(413, f"ids has {len(row):,} ids; the limit is {limits.max_input_chars:,}", param="ids")
+    skip = flag(body, "skip_special_tokens", True)
+    result = [spec.tokenizer.decode(row, skip_special_tokens=skip) for row in batch]
+    return Work(None, [], lambda out: result)
 
 
 def rerank(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -96,7 +157,7 @@ def rerank(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     query = text(body.get("query"), "query", limits)
     passages, _ = texts(body, "texts", limits)
     return_text, raw = flag(body, "return_text", False), flag(body, "raw_scores", False)
-    encodings = _encode(spec, [query] * len(passages), flag(body, "truncate", False), "texts", pairs=passages)
+    encodings, cut = encode(spec, [query] * len(passages), long_inputs("/rerank", body), "texts", pairs=passages)
 
     def finish(out):
         logits = np.array([float(o[0]) for o in out])
@@ -105,7 +166,7 @@ def rerank(spec: ModelSpec, body: dict, limits: Limits) -> Work:
         return [{"index": i, "score": float(scores[i]), **({"text": passages[i]} if return_text else {})}
                 for i in order]
 
-    return Work("classify", _rows(encodings), finish)
+    return Work("classify", _rows(encodings), finish, cut_header(cut))
 
 
 def _predict_inputs(value, limits: Limits) -> tuple[list[list[str]], bool]:
@@ -129,15 +190,17 @@ def predict(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """TEI: {"inputs", "raw_scores", "truncate"} -> [{"label", "score"}] for each input, most
     likely first (softmax over the labels); a one-output model (regression) gives its raw value."""
     inputs, single = _predict_inputs(body.get("inputs"), limits)
-    raw, truncate = flag(body, "raw_scores", False), flag(body, "truncate", False)
-    encodings = []
+    raw, policy = flag(body, "raw_scores", False), long_inputs("/predict", body)
+    encodings, cut = [None] * len(inputs), []
     for group in (False, True):  # singles, then pairs: the tokenizer takes one kind per call
         chosen = [i for i, parts in enumerate(inputs) if (len(parts) == 2) == group]
         if chosen:
             firsts = [inputs[i][0] for i in chosen]
             pairs = [inputs[i][1] for i in chosen] if group else None
-            encodings += list(zip(chosen, _encode(spec, firsts, truncate, "inputs", pairs)))
-    encodings = [e for _, e in sorted(encodings, key=lambda x: x[0])]
+            done, group_cut = encode(spec, firsts, policy, "inputs", pairs)
+            for i, e in zip(chosen, done):
+                encodings[i] = e
+            cut += [chosen[j] for j in group_cut]
 
     def finish(out):
         results = []
@@ -150,7 +213,7 @@ def predict(spec: ModelSpec, body: dict, limits: Limits) -> Work:
             results.append([{"label": spec.labels[i], "score": float(scores[i])} for i in order])
         return results[0] if single else results
 
-    return Work("classify", _rows(encodings), finish)
+    return Work("classify", _rows(encodings), finish, cut_header(sorted(cut)))
 
 
 def tokenize(spec: ModelSpec, body: dict, limits: Limits) -> Work:

@@ -12,6 +12,12 @@ client sees "connection reset", not an answer. So after the signal the socket st
 SETTLE_S, and up to SETTLE_MAX_S while an accepted connection has not yet sent its request: every
 client that connected before the signal is read and answered (503 if it was not accepted before),
 and one that comes later is refused at connect, which a client knows is safe to retry.
+
+uvicorn times out idle keep-alive connections but not a request head that never completes (a
+slowloris client sending a header line now and then holds its connection forever; the body has
+its own timeout, `requests.read_body`). So the HTTP protocol here is uvicorn's h11 one with a
+header timeout: a connection must complete its request head within `Limits.header_timeout`
+seconds of connecting, or of its first byte after an answer, or it is closed.
 """
 
 from __future__ import annotations
@@ -90,6 +96,50 @@ def _server_class():
     return DrainingServer
 
 
+def _protocol(header_timeout: float):
+    """uvicorn's h11 protocol, closing a connection whose request head is not complete in time."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _head_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and self._idle():
+                self._arm()  # the first byte of a new request on a kept-alive connection
+            super().data_received(data)
+            if not self._idle():
+                self._disarm()  # the head is complete: the body timeout takes over
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _idle(self) -> bool:
+            """Waiting for (the rest of) a request head: h11 has not seen a whole one."""
+            return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_timer = self.loop.call_later(header_timeout, self._expire)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _expire(self) -> None:
+            self._head_timer = None
+            if self._idle() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
+
+
 def make_server(app, service):
     """A uvicorn server for `app` whose signals drain `service`, and which stops if loading fails."""
     import uvicorn
@@ -97,7 +147,8 @@ def make_server(app, service):
     # Idle keep-alive connections are kept longer than clients keep theirs (httpx: 5 s), so a
     # client never sends a request on a connection the server is closing at that moment.
     config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, timeout_keep_alive=75,
-                            timeout_graceful_shutdown=DRAIN_S, backlog=2048)
+                            timeout_graceful_shutdown=DRAIN_S, backlog=2048,
+                            http=_protocol(service.limits.header_timeout))
     server = _server_class()(config)
     server.on_signal = service.drain
     service.on_failure = lambda: setattr(server, "should_exit", True)

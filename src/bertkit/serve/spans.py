@@ -3,10 +3,12 @@
 - /ner: a word's tag is its first piece's (as `bertkit.data.ner` reads predictions back);
   words tagged B-X, or I-X after anything but X, start an entity; an entity spans its first
   word's first character to its last word's last, and its score is the mean probability of its
-  words' tags.
+  words' tags. Its kind is both "entity" and "entity_group" (transformers' aggregated pipeline
+  and HF's InferenceClient read the latter).
 - /qa: the context cut into windows as for SQuAD (`data.squad.make_features`), the best span of
   any window (`eval.squad.best_span`), its probability the product of the start and end
-  softmaxes over its window.
+  softmaxes over its window. The body is {"question", "context"}, or HF's {"inputs": {"question",
+  "context"}}.
 - /fill-mask: the top-k guesses for each [MASK], from one forward pass over the whole text.
 """
 
@@ -19,12 +21,11 @@ from bertkit.serve.requests import (
     ApiError,
     Limits,
     check_count,
-    flag,
     integer,
     text,
     texts,
 )
-from bertkit.serve.routes import Work, _encode, _rows, _softmax
+from bertkit.serve.routes import Work, _rows, _softmax, cut_header, encode, long_inputs
 
 
 def _word_tags(spec: ModelSpec, encoding, logits: np.ndarray) -> list[tuple[str, float, int, int]]:
@@ -58,22 +59,22 @@ def entities(spec: ModelSpec, source: str, encoding, logits: np.ndarray) -> list
     out = []
     for e in found:
         scores = e.pop("scores")
-        out.append({"entity": e["entity"], "word": source[e["start"]:e["end"]], "start": e["start"],
-                    "end": e["end"], "score": float(np.mean(scores))})
+        out.append({"entity": e["entity"], "entity_group": e["entity"], "word": source[e["start"]:e["end"]],
+                    "start": e["start"], "end": e["end"], "score": float(np.mean(scores))})
     return out
 
 
 def ner(spec: ModelSpec, body: dict, limits: Limits) -> Work:
-    """{"inputs": str | [str], "truncate": false} -> entities [{"entity", "word", "start", "end",
-    "score"}] (a list per text when a list was sent)."""
+    """{"inputs": str | [str], "truncate": false} -> entities [{"entity", "entity_group", "word",
+    "start", "end", "score"}] (a list per text when a list was sent)."""
     inputs, single = texts(body, "inputs", limits)
-    encodings = _encode(spec, inputs, flag(body, "truncate", False), "inputs")
+    encodings, cut = encode(spec, inputs, long_inputs("/ner", body), "inputs")
 
     def finish(out):
         result = [entities(spec, s, e, logits) for s, e, logits in zip(inputs, encodings, out)]
         return result[0] if single else result
 
-    return Work("tokens", _rows(encodings), finish)
+    return Work("tokens", _rows(encodings), finish, cut_header(cut))
 
 
 def qa(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -82,8 +83,9 @@ def qa(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     from bertkit.data.squad import SquadExample, make_features
     from bertkit.eval.squad import best_span
 
-    question = text(body.get("question"), "question", limits)
-    context = text(body.get("context"), "context", limits)
+    fields, where = (body["inputs"], "inputs.") if isinstance(body.get("inputs"), dict) else (body, "")
+    question = text(fields.get("question"), where + "question", limits)
+    context = text(fields.get("context"), where + "context", limits)
     features = make_features([SquadExample("0", "", context, question, [])], spec.tokenizer,
                              max_seq_len=spec.max_length, doc_stride=min(128, spec.max_length // 2))
     check_count(len(features), "context windows", limits)
@@ -109,7 +111,7 @@ def fill_mask(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     [{"token", "id", "score", "sequence"}] best first ("sequence": the text with it filled in)."""
     inputs, single = texts(body, "inputs", limits)
     top_k = integer(body, "top_k", 5, 1, 100)
-    encodings = _encode(spec, inputs, flag(body, "truncate", False), "inputs")
+    encodings, cut = encode(spec, inputs, long_inputs("/fill-mask", body), "inputs")
     mask_id, tok = spec.tokenizer.mask_id, spec.tokenizer
     for i, e in enumerate(encodings):
         if mask_id not in e.ids:
@@ -134,4 +136,4 @@ def fill_mask(spec: ModelSpec, body: dict, limits: Limits) -> Work:
         result = [guesses(e, logits) for e, logits in zip(encodings, out)]
         return result[0] if single else result
 
-    return Work("mlm", _rows(encodings), finish)
+    return Work("mlm", _rows(encodings), finish, cut_header(cut))
