@@ -39,8 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 TODAY = dt.date.today().isoformat()
-RUNS = ("mlm", "electra", "transformers")
-LABELS = {"mlm": "bertkit MLM (budget recipe)", "electra": "bertkit ELECTRA (budget recipe, RTD)",
+RUNS = ("mlm", "mlm30", "electra", "transformers")
+LABELS = {"mlm": "bertkit MLM (budget recipe)", "mlm30": "bertkit MLM, 30% masked",
+          "electra": "bertkit ELECTRA (budget recipe, RTD)",
           "transformers": "transformers Trainer, BertForMaskedLM", "random": "random init (floor)"}
 SST2_SEEDS = "1,2,3"
 
@@ -56,13 +57,19 @@ def parse_args(argv):
     p.add_argument("--sst2-examples", type=int, default=8000, help="training sentences (a fixed subset)")
     p.add_argument("--sst2-epochs", type=int, default=3, help="fine-tuning epochs per seed")
     p.add_argument("--sst2-lr", type=float, default=1e-4, help="fine-tuning peak lr (every model alike)")
+    p.add_argument("--runs", default=",".join(RUNS), help="the pretraining runs, side by side (mlm always)")
+    p.add_argument("--electra-lrs", default="1e-4,3e-4,1e-3,3e-3",
+                   help="peak lrs tried for ELECTRA on short runs first; the best by the 4- and 16-label probes "
+                        "is used (one value: no tuning)")
+    p.add_argument("--tune-steps", type=int, default=400, help="steps of each ELECTRA tuning run")
+    p.add_argument("--electra-lr", type=float, default=None, help="internal: the ELECTRA run's lr")
     p.add_argument("--only", default=None, help="internal: run one pretraining (mlm, electra, transformers)")
     p.add_argument("--skip-pretraining", action="store_true", help="score the runs already in --work")
     return p.parse_args(argv)
 
 
 # ---- the three pretraining runs, each in its own process ----
-def pretrain_one(name: str, data: Path, work: Path, minutes: float) -> dict:
+def pretrain_one(name: str, data: Path, work: Path, minutes: float, electra_lr: float | None = None) -> dict:
     """One run; returns its record (steps, time, CPU share, final model directory)."""
     import torch
 
@@ -85,7 +92,7 @@ def pretrain_one(name: str, data: Path, work: Path, minutes: float) -> dict:
         record = {"model": str(r["final"]), "steps": r["steps"], "hyper": r["hyper"],
                   "transformers": r["transformers"]}
     else:
-        extra = {"objective": "electra"} if name == "electra" else {}
+        extra = {"mlm30": {"mask_rate": 0.3}, "electra": {"objective": "electra", "lr": electra_lr}}.get(name, {})
         cfg = TrainConfig(data=str(data), out=str(out), preset="tiny", recipe="budget", minutes=minutes, seed=0,
                           eval_every=10**9, eval_samples=0, log_every=100, overwrite=True, **extra)
         if pretrain(cfg) != 0:
@@ -94,19 +101,55 @@ def pretrain_one(name: str, data: Path, work: Path, minutes: float) -> dict:
         last = [r for r in records if r["kind"] == "train"][-1]
         record = {"model": str(out / "model"), "steps": last["step"], "last_train": last,
                   "hyper": {k: getattr(cfg, k) for k in ("objective", "batch_size", "lr", "warmup", "adam_beta2",
-                                                         "init", "precision")}}
+                                                         "init", "precision", "mask_rate")}}
     record["wall_s"] = round(time.perf_counter() - wall, 1)
     record["cpu_share"] = round((time.process_time() - cpu) / max(record["wall_s"], 1e-9), 3)
     return record
 
 
-def pretrain_side_by_side(args, data: Path, work: Path) -> dict:
-    """The three runs started together, one thread each; each writes WORK/NAME.json."""
+def tune_electra(args, data: Path, work: Path) -> tuple[float, list]:
+    """Short ELECTRA runs at each lr of --electra-lrs, two at a time, scored by the 4- and
+    16-label probes (their mean): (the best lr, one row per lr)."""
+    import torch
+
+
+    lrs = [float(x) for x in args.electra_lrs.split(",")]
+    if len(lrs) == 1:
+        return lrs[0], []
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    rows = []
+    for i in range(0, len(lrs), 2):
+        procs = []
+        for lr in lrs[i:i + 2]:
+            out = work / f"tune-electra-{lr:g}"
+            cfg = ["--data", str(data), "--out", str(out), "--preset", "tiny", "--recipe", "budget", "--objective",
+                   "electra", "--lr", str(lr), "--steps", str(args.tune_steps), "--eval-every", str(args.tune_steps),
+                   "--log-every", "100", "--overwrite", "--threads", "1"]
+            procs.append((lr, out, subprocess.Popen([sys.executable, "-m", "bertkit.cli", "pretrain", *cfg], env=env,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        for lr, out, proc in procs:
+            if proc.wait() != 0:
+                raise SystemExit(f"the ELECTRA tuning run at lr {lr:g} failed")
+            val = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            val = [r for r in val if r["kind"] == "val"][-1]
+            probe = score_probes({"electra": str(out / "model")}, with_random=False)["electra"]["probe"]
+            rows.append({"lr": lr, "steps": args.tune_steps, "rtd_loss": round(val["rtd_loss"], 4),
+                         "replaced_accuracy": round(val["replaced_accuracy"], 4),
+                         "probe_4": probe["4"]["mean"], "probe_16": probe["16"]["mean"]})
+            print(f"  ELECTRA lr {lr:g}: {rows[-1]}", flush=True)
+    torch.set_num_threads(1)
+    best = max(rows, key=lambda r: r["probe_4"] + r["probe_16"])
+    return best["lr"], rows
+
+
+def pretrain_side_by_side(args, data: Path, work: Path, runs: list[str], electra_lr: float) -> dict:
+    """The runs started together, one thread each; each writes WORK/NAME.json."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = {}
-    for name in RUNS:
+    for name in runs:
         log = open(work / f"{name}.log", "w")  # noqa: SIM115 - closed below, after the process ends
-        cmd = [sys.executable, __file__, "--only", name, "--minutes", str(args.minutes), "--work", str(work)]
+        cmd = [sys.executable, __file__, "--only", name, "--minutes", str(args.minutes), "--work", str(work),
+               "--electra-lr", str(electra_lr)]
         if args.articles_per_topic:
             cmd += ["--articles-per-topic", str(args.articles_per_topic)]
         procs[name] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
@@ -115,11 +158,11 @@ def pretrain_side_by_side(args, data: Path, work: Path) -> dict:
         if proc.wait() != 0:
             raise SystemExit(f"{name} failed: see {work / (name + '.log')}")
         log.close()
-    return {name: json.loads((work / f"{name}.json").read_text()) for name in RUNS}
+    return {name: json.loads((work / f"{name}.json").read_text()) for name in runs}
 
 
 # ---- scoring ----
-def score_probes(models: dict, seed: int = 0) -> dict:
+def score_probes(models: dict, seed: int = 0, with_random: bool = True) -> dict:
     """Topic probe and senses for every model directory (and a random model of the same shape)."""
     import numpy as np
     import torch
@@ -133,7 +176,8 @@ def score_probes(models: dict, seed: int = 0) -> dict:
     encoders = {name: load_encoder(Path(d)) for name, d in models.items()}
     first = next(iter(encoders.values()))
     torch.manual_seed(seed)
-    encoders["random"] = (BertModel(first[0].config).eval(), first[1])
+    if with_random:
+        encoders["random"] = (BertModel(first[0].config).eval(), first[1])
     train, test = split_articles(bbc_articles(), 0.2, seed)
     train_y = np.array([TOPICS.index(t) for t, _, _ in train])
     test_y = np.array([TOPICS.index(t) for t, _, _ in test])
@@ -176,7 +220,7 @@ def sst2_side_by_side(models: dict, args, work: Path) -> dict:
 
 
 def report(runs: dict, probes: dict, sst2: dict) -> dict:
-    names = [*RUNS, "random"]
+    names = [*runs, "random"]
     lines = [f"{'model':<42} {'steps':>6} {'4':>6} {'16':>6} {'64':>6} {'all':>6} "
              f"{'court sep/nn':>14} {'bank sep/nn':>14} {'SST-2':>13}"]
     for n in names:
@@ -188,12 +232,14 @@ def report(runs: dict, probes: dict, sst2: dict) -> dict:
         lines.append(f"{LABELS[n]:<42} {steps!s:>6} {probe}"
                      + "".join(f" {s[w]['separation']:>+7.3f}/{100 * s[w]['neighbours_same_sense']:>4.0f}%"
                                for w in ("court", "bank")) + f" {sst:>13}")
-    gap = {k: probes["electra"]["probe"][k]["mean"] - probes["mlm"]["probe"][k]["mean"] for k in ("4", "16")}
-    gap["sst2"] = sst2["electra"]["median"] - sst2["mlm"]["median"]
-    goals = {"ELECTRA >= MLM + 5 on the 4-label probe": gap["4"] >= 5,
-             "ELECTRA >= MLM + 5 on the 16-label probe": gap["16"] >= 5,
-             "ELECTRA >= MLM + 2 on SST-2 (median)": gap["sst2"] >= 2}
-    for n in ("mlm", "electra"):
+    gap, goals = {}, {}
+    if "electra" in runs:
+        gap = {k: probes["electra"]["probe"][k]["mean"] - probes["mlm"]["probe"][k]["mean"] for k in ("4", "16")}
+        gap["sst2"] = sst2["electra"]["median"] - sst2["mlm"]["median"]
+        goals = {"ELECTRA >= MLM + 5 on the 4-label probe": gap["4"] >= 5,
+                 "ELECTRA >= MLM + 5 on the 16-label probe": gap["16"] >= 5,
+                 "ELECTRA >= MLM + 2 on SST-2 (median)": gap["sst2"] >= 2}
+    for n in [m for m in ("mlm", "mlm30", "electra") if m in runs and "transformers" in runs]:
         measures = [probes[n]["probe"][k]["mean"] > probes["transformers"]["probe"][k]["mean"]
                     for k in ("4", "16", "64", "all")]
         measures += [probes[n]["senses"][w][m] > probes["transformers"]["senses"][w][m]
@@ -206,13 +252,19 @@ def report(runs: dict, probes: dict, sst2: dict) -> dict:
     return {"gaps": gap, "goals": goals, "table": lines}
 
 
+SHORT = {"mlm": "MLM", "mlm30": "MLM, 30%", "electra": "ELECTRA", "transformers": "Trainer MLM",
+         "random": "random init"}
+
+
 def plot(probes: dict, sst2: dict, path: Path) -> None:
     from bertkit.plots import pyplot, save_figure
 
     fig, (a, b) = pyplot().subplots(1, 2, figsize=(11, 4.2))
+    colors = {n: f"C{i}" for i, n in enumerate(probes)}  # one colour per model in both panels
     budgets = ["4", "16", "64", "all"]
     for n, block in probes.items():
-        a.plot(range(len(budgets)), [block["probe"][k]["mean"] for k in budgets], marker="o", label=LABELS[n])
+        a.plot(range(len(budgets)), [block["probe"][k]["mean"] for k in budgets], marker="o", label=LABELS[n],
+               color=colors[n], linestyle=":" if n == "random" else "-")
     a.set_xticks(range(len(budgets)), budgets)
     a.set_xlabel("labelled articles per topic")
     a.set_ylabel("held-out topic accuracy (%)")
@@ -221,12 +273,11 @@ def plot(probes: dict, sst2: dict, path: Path) -> None:
     a.legend(fontsize=8)
     names = [n for n in probes if n in sst2]
     for i, n in enumerate(names):
-        b.scatter([i] * len(sst2[n]["seeds"]), sst2[n]["seeds"], alpha=0.6)
-        b.hlines(sst2[n]["median"], i - 0.25, i + 0.25)
-    b.set_xticks(range(len(names)), [LABELS[n].split(",")[0].replace(" (budget recipe", "") for n in names],
-                 rotation=15, fontsize=8)
+        b.scatter([i] * len(sst2[n]["seeds"]), sst2[n]["seeds"], alpha=0.7, color=colors[n])
+        b.hlines(sst2[n]["median"], i - 0.25, i + 0.25, color=colors[n])
+    b.set_xticks(range(len(names)), [SHORT[n] for n in names], fontsize=9)
     b.set_ylabel("SST-2 dev accuracy (%)")
-    b.set_title("fine-tuned on 8,000 SST-2 sentences, 3 seeds")
+    b.set_title("fine-tuned on 8,000 SST-2 sentences, 3 seeds (line: median)")
     b.grid(alpha=0.3)
     save_figure(fig, path, dpi=110)
 
@@ -240,14 +291,21 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     data = prepare(work, args.articles_per_topic)["packed"]
     if args.only:
-        record = pretrain_one(args.only, data, work, args.minutes)
+        record = pretrain_one(args.only, data, work, args.minutes, args.electra_lr)
         (work / f"{args.only}.json").write_text(json.dumps(record, indent=1))
         return 0
     from bertkit.io import write_json
 
     started = time.time()
-    runs = ({n: json.loads((work / f"{n}.json").read_text()) for n in RUNS} if args.skip_pretraining
-            else pretrain_side_by_side(args, data, work))
+    names = [n for n in RUNS if n in args.runs.split(",") or n == "mlm"]
+    tuning = []
+    if args.skip_pretraining:
+        runs = {n: json.loads((work / f"{n}.json").read_text()) for n in names}
+    else:
+        electra_lr, tuning = tune_electra(args, data, work) if "electra" in names else (None, [])
+        if "electra" in names:
+            print(f"ELECTRA's lr: {electra_lr:g}", flush=True)
+        runs = pretrain_side_by_side(args, data, work, names, electra_lr)
     models = {n: r["model"] for n, r in runs.items()}
     print("scoring: topic probe and senses", flush=True)
     probes = score_probes(models)
@@ -260,7 +318,8 @@ def main(argv=None) -> int:
     cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "")
     given = argv if argv is not None else sys.argv[1:]
     write_json(out, {"date": TODAY, "command": ("python bench/pretrain_objectives.py " + " ".join(given)).strip(),
-                     "cpu": cpu, "minutes": args.minutes, "runs": runs, "probes": probes, "sst2": sst2,
+                     "cpu": cpu, "minutes": args.minutes, "runs": runs, "electra_lr_tuning": tuning,
+                     "probes": probes, "sst2": sst2,
                      "sst2_recipe": {"examples": args.sst2_examples, "epochs": args.sst2_epochs, "lr": args.sst2_lr,
                                      "seeds": SST2_SEEDS, "batch_size": 32, "max_seq_len": 64},
                      "load_average_at_end": os.getloadavg(), "wall_minutes": round((time.time() - started) / 60, 1),
