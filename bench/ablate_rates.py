@@ -2,12 +2,17 @@
 
     python bench/ablate_rates.py OUT [--json docs/ablations/cpu-small-timings.json]
 
-Reads OUT/work/done/*.json (every cell's record: its parameters and `time_s`) and prints, for the
-scale OUT was run at, the rates `bertkit.ablate.plan.Scale.rates` holds: seconds per pretraining
-step per model size (MLM variants; `ltr_factor`: an LTR step over an MLM step of the same size),
-and seconds per training example and epoch per task, fine-tuned (`ft_`) and feature-based (`fb_`),
-each the median over its cells. The time of a cell includes its evaluation and loading, so the
-rates fold them in. Paste them into the scale's rates after a run on the machine they are for.
+Reads every cell's record (its parameters and `time_s`) from OUT/work/done/*.json, or from
+OUT/records/*.json (a committed report's copy), and prints, for the scale OUT was run at, the
+rates `bertkit.ablate.scales.Scale.rates` holds: seconds per pretraining step per model size (the
+masked-LM variants), each other objective's step over the MLM step of the same size
+(`ltr_factor`, `electra_factor`; equal-time cells count too: their steps are in their record),
+and seconds per training example (SQuAD: article) and epoch per task, fine-tuned (`ft_`) and
+feature-based (`fb_`), each the median over the reference size's cells (the estimate scales a
+size's fine-tuning by its step rate), with `head_ltr-bilstm`, the LTR head with a BiLSTM over
+the plain head (median over tasks); the lr-tuning cells (`tune/`) are left out.
+The time of a cell includes its evaluation and loading, so the rates fold them in. Paste them
+into the scale's rates after a run on the machine they are for.
 """
 
 from __future__ import annotations
@@ -20,29 +25,55 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+MLM = ("mlm+nsp", "mlm")  # the objectives whose step is the size's `step_` rate
+
+
+def _records(out: Path) -> list[dict]:
+    folder = out / "work" / "done" if (out / "work" / "done").is_dir() else out / "records"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def _unit(r: dict, scale, sizes: dict) -> tuple[str, float] | None:
+    """(rate name, seconds per unit) of one cell's record; None for what no rate counts.
+    `sizes`: each variant's model size."""
+    params, kind = r["params"], r["kind"]
+    if kind == "pretrain" and not r["id"].startswith("tune/"):
+        steps = r["result"]["steps"] or scale.steps
+        objective = params["objective"]
+        key = f"step_{params['size']}" if objective in MLM else f"{objective}_step"
+        return key, r["time_s"] / steps
+    if kind == "finetune" and sizes.get(params["variant"], "reference") == "reference":
+        size, task = scale.tasks[params["task"]], params["task"]
+        # a record from before cells held their sizes: the examples it read
+        train = params.get("train", size.train if task == "squad" else r["result"]["n_train"])
+        units = train * params.get("epochs", size.epochs)
+        how = params["how"]
+        kind = "fb" if how.startswith("fb-") else how if how == "ltr-bilstm" else "ft"
+        return f"{kind}_{task}", r["time_s"] / units
+    if kind in ("vocab", "data"):
+        return kind, r["time_s"]
+    return None
 
 
 def rates(out: Path) -> dict:
-    from bertkit.ablate.plan import SCALES
+    from bertkit.ablate.scales import SCALES
 
     scale = SCALES[json.loads((out / "ablation.json").read_text())["scale"]]
-    records = [json.loads(p.read_text()) for p in sorted((out / "work" / "done").glob("*.json"))]
     per: dict[str, list[float]] = {}
-    for r in records:
-        params = r["params"]
-        if r["kind"] == "pretrain":
-            steps = r["result"]["steps"] or scale.steps
-            key = "ltr_step" if params["objective"] == "ltr" else f"step_{params['size']}"
-            per.setdefault(key, []).append(r["time_s"] / steps)
-        elif r["kind"] == "finetune":
-            size = scale.tasks[params["task"]]
-            kind = "fb" if params["how"].startswith("fb-") else "ft"
-            per.setdefault(f"{kind}_{params['task']}", []).append(r["time_s"] / (size.train * size.epochs))
-        elif r["kind"] in ("vocab", "data"):
-            per.setdefault(r["kind"], []).append(r["time_s"])
+    found_records = _records(out)
+    sizes = {r["id"].removeprefix("pretrain/"): r["params"]["size"] for r in found_records if r["kind"] == "pretrain"}
+    for r in found_records:
+        unit = _unit(r, scale, sizes)
+        if unit is not None:
+            per.setdefault(unit[0], []).append(unit[1])
     found = {k: statistics.median(v) for k, v in sorted(per.items())}
-    if "ltr_step" in found and "step_reference" in found:
-        found["ltr_factor"] = found.pop("ltr_step") / found["step_reference"]
+    for objective in ("ltr", "electra"):
+        if f"{objective}_step" in found and "step_reference" in found:
+            found[f"{objective}_factor"] = found.pop(f"{objective}_step") / found["step_reference"]
+    bilstm = [found.pop(k) / found[f"ft_{k.split('_', 1)[1]}"] for k in list(found)
+              if k.startswith("ltr-bilstm_") and f"ft_{k.split('_', 1)[1]}" in found]
+    if bilstm:
+        found["head_ltr-bilstm"] = statistics.median(bilstm)
     return {"scale": scale.name, "cells": {k: len(v) for k, v in sorted(per.items())},
             "rates": {k: round(v, 6) for k, v in found.items()}}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ablate_helpers import ablate, records, write_inputs
 from bertkit.ablate import cells as cells_module
 from bertkit.ablate.plan import build_plan
 from bertkit.ablate.report import (
@@ -22,39 +23,11 @@ from bertkit.ablate.report import (
     render_markdown,
     sign_verdict,
 )
-from bertkit.cli import main
-from finetune_helpers import write_conll, write_mrpc, write_squad, write_sst2
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, pretraining_data) -> dict[str, Path]:
-    """A corpus (the pretraining tests' synthetic text plus task-like sentences) and a data
-    folder in ../shared/data's layout holding tiny MRPC, SST-2, SQuAD and CoNLL files."""
-    root = tmp_path_factory.mktemp("ablate-inputs")
-    data = root / "data"
-    for folder in ("glue/MRPC", "glue/SST-2", "squad", "ner/conll2003"):
-        (data / folder).mkdir(parents=True)
-    write_mrpc(data / "glue/MRPC/train.tsv", 24, 0)
-    write_mrpc(data / "glue/MRPC/dev.tsv", 8, 1)
-    write_sst2(data / "glue/SST-2/train.tsv", 24, 0)
-    write_sst2(data / "glue/SST-2/dev.tsv", 8, 1)
-    write_squad(data / "squad/dev-v1.1.json", 3, 0)
-    write_conll(data / "ner/conll2003/train.txt", 24, 0)
-    write_conll(data / "ner/conll2003/dev.txt", 8, 1)
-    text = (pretraining_data / "corpus.txt").read_text(encoding="utf-8")
-    extra = "\n\n".join("the movie was very good . john was in paris river .\nthe film was a bad show ."
-                        for _ in range(6))
-    (root / "corpus.txt").write_text(text + "\n\n" + extra + "\n", encoding="utf-8")
-    return {"corpus": root / "corpus.txt", "data": data}
-
-
-def ablate(inputs, out: Path, *extra: str) -> int:
-    return main(["ablate", "--corpus", str(inputs["corpus"]), "--data-dir", str(inputs["data"]), "--out", str(out),
-                 "--scale", "tiny", *extra])
-
-
-def records(out: Path) -> dict[str, dict]:
-    return {json.loads(p.read_text())["id"]: json.loads(p.read_text()) for p in (out / "work" / "done").glob("*.json")}
+    return write_inputs(tmp_path_factory.mktemp("ablate-inputs"), pretraining_data)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +58,8 @@ def test_every_cell_is_written_once(full):
     assert len(ids) == len(set(ids)) and sorted(calls) == sorted(ids)  # each cell ran once, none twice
     done = records(out)
     assert set(done) == set(ids)
-    assert len([i for i in ids if i.startswith("pretrain/")]) == 10  # 3 objectives, 2 more sizes, 5 more rules
+    # 4 objectives, 3 of them again at equal time, 2 more sizes, 5 more rules
+    assert len([i for i in ids if i.startswith("pretrain/")]) == 14
     for cell_id, record in done.items():
         if record["kind"] == "finetune":
             assert isinstance(record["result"]["dev"][{"squad": "f1", "conll": "f1"}.get(
@@ -98,20 +72,66 @@ def test_every_cell_is_written_once(full):
 def test_report_renders_from_report_json(full):
     out, _ = full
     report = json.loads((out / "report.json").read_text())
-    assert [t["key"] for t in report["tables"]] == ["t5", "t6", "t7", "t8"]
+    assert [t["key"] for t in report["tables"]] == ["t5", "t5-time", "t6", "t7", "t8"]
     assert report["cells"] == {"done": report["cells"]["total"], "total": report["cells"]["total"]}
     text = render_markdown(report)
     assert text == (out / "report.md").read_text()
-    for key in ("t5", "t6", "t7", "t8"):
+    for key in ("t5", "t5-time", "t6", "t7", "t8"):
         assert (out / f"{key}.png").stat().st_size > 1000
     t5 = next(t for t in report["tables"] if t["key"] == "t5")
-    assert [r["key"] for r in t5["rows"]] == ["t5-bert", "t5-no-nsp", "t5-ltr", "t5-ltr-bilstm"]
+    assert [r["key"] for r in t5["rows"]] == ["t5-bert", "t5-no-nsp", "t5-ltr", "t5-ltr-bilstm", "t5-electra"]
+    assert t5["columns"][-1] == "CoNLL-2003 NER (F1)"
     assert t5["rows"][3]["entries"]["SQuAD (F1)"]["sign"]["against"] == "t5-ltr"
     assert "| LTR & No NSP | " in text and "/ 77.5 |" in text  # our number / the paper's, in its row
+    electra = t5["rows"][4]["entries"]
+    assert all(e["paper"] is None and e["n"] == 1 for e in electra.values())  # no paper figure, our number
+    assert electra["MRPC (acc)"]["sign"]["against"] == "t5-bert"
+    assert re.search(r"\| ELECTRA \(RTD\) \| [\d.]+ / - \|", text)
+    assert t5["rows"][3]["entries"]["CoNLL-2003 NER (F1)"] == {"paper": None, "values": [], "seeds": [], "n": 0,
+                                                               "not_run": True}
+    assert "| n/a / - |" in text  # + BiLSTM has no NER entry
+    assert "Majority class on our dev subsets: MRPC accuracy 50.0" in text and "### Pretraining" in text
     # one seed: no spread, so nothing can be resolved
     assert set(report["verdicts"]) <= {UNRESOLVED, NO_SIGN}
     report["tables"][0]["rows"][0]["entries"]["MRPC (acc)"].update(median=12.345, n=1)
     assert "12.35 / 86.7" in render_markdown(report)  # what is shown comes from the JSON
+
+
+def test_equal_time_cells_take_the_references_minutes(full):
+    """Table 5 at equal wall time: each pretraining gets the minutes the MLM + NSP reference took
+    (measured in its cell), runs on the time schedule, and is fine-tuned like its equal-steps row."""
+    out, _ = full
+    done = records(out)
+    reference = done["pretrain/bert"]["result"]
+    assert reference["elapsed_s"] > 0 and done["pretrain/bert"]["params"]["steps"] == 3
+    for name in ("no-nsp-time", "ltr-time", "electra-time"):
+        record = done[f"pretrain/{name}"]
+        assert record["params"]["minutes_of"] == "pretrain/bert" and "steps" not in record["params"]
+        assert record["result"]["minutes"] == pytest.approx(reference["elapsed_s"] / 60)
+        assert record["needs"]["pretrain/bert"] == done["pretrain/bert"]["uid"]  # made from this reference
+        assert record["result"]["steps"] >= 1
+        config = json.loads((out / "work" / "pretrain" / name / "config.json").read_text())["train"]
+        assert config["minutes"] == pytest.approx(reference["elapsed_s"] / 60) and config["steps"] is None
+    assert done["finetune/ltr-time/squad/ltr/seed1"]["result"]["dev"]["f1"] >= 0
+    assert done["finetune/ltr-time/conll/ft/seed1"]["params"]["how"] == "ft"  # LTR tags from its left context
+    report = json.loads((out / "report.json").read_text())
+    time_table = next(t for t in report["tables"] if t["key"] == "t5-time")
+    assert [r["variant"] for r in time_table["rows"]] == ["bert", "no-nsp-time", "ltr-time", "electra-time"]
+    assert time_table["rows"][2]["entries"]["SQuAD (F1)"]["sign"]["against"] == "t5-time-bert"
+    assert "| ltr-time | ltr | 0.002 | " in (out / "report.md").read_text()  # its steps and minutes listed
+
+
+def test_rates_of_a_finished_run(full):
+    """bench/ablate_rates.py reads the records back into the rates a scale's estimate uses."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ablate_rates", Path(__file__).parents[1] / "bench/ablate_rates.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    found = bench.rates(full[0])["rates"]
+    assert {"step_reference", "step_smaller", "step_larger", "ltr_factor", "electra_factor", "head_ltr-bilstm",
+            "ft_mrpc", "ft_squad", "fb_conll", "vocab", "data"} <= set(found)
+    assert all(v > 0 for k, v in found.items() if k not in ("vocab", "data")), found  # those take ~0.01 s here
 
 
 def test_rerun_after_a_kill_skips_finished_cells(inputs, tmp_path, monkeypatch):
@@ -175,6 +195,17 @@ def test_sign_rule(paper_gap, ours, reference, verdict):
     assert sign_verdict(paper_gap, ours, reference)["verdict"] == verdict
 
 
+@pytest.mark.parametrize("ours, reference, direction", [
+    ([75.0, 76.0, 77.0], [70.0, 71.0, 72.0], "higher"),
+    ([65.0, 66.0, 67.0], [70.0, 71.0, 72.0], "lower"),
+    ([70.0, 71.0, 72.0], [70.5, 71.5, 72.5], UNRESOLVED),
+    ([75.0], [70.0], UNRESOLVED),  # one seed
+])
+def test_a_row_without_a_paper_figure_gets_our_gap_by_the_same_rule(ours, reference, direction):
+    out = sign_verdict(None, ours, reference)
+    assert out["verdict"] == NO_SIGN and out["direction"] == direction and "paper_gap" not in out
+
+
 def test_sign_rule_reports_the_gap_and_spread():
     out = sign_verdict(2.0, [3.0, 5.0], [1.0, 1.0])
     assert out == {"paper_gap": 2.0, "our_gap": 3.0, "spread": pytest.approx(1.4142, abs=1e-4), "verdict": HOLDS}
@@ -184,7 +215,7 @@ def test_plan_shares_cells_and_respects_only_tasks_seeds():
     full = build_plan("cpu-small", (1, 2, 3))
     ids = [c.id for c in full.cells]
     assert len(ids) == len(set(ids))
-    assert len([i for i in ids if i.startswith("finetune/")]) == 38 * 3  # shared rows' cells counted once
+    assert len([i for i in ids if i.startswith("finetune/")]) == 56 * 3  # shared rows' cells counted once
     order = {c.id: n for n, c in enumerate(full.cells)}
     assert all(order[need] < order[c.id] for c in full.cells for need in c.needs)
     small = build_plan("cpu-small", (7,), ("conll",), ["t7"])

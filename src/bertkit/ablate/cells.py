@@ -4,29 +4,35 @@ A finished cell leaves `work/done/<cell>.json` (its result, written atomically, 
 a cell without that file is not done, whatever else it left, and runs again: half-written
 folders (the `.NAME.*.tmp` of `bertkit.io`'s atomic writers) are removed first, and a
 pretraining continues from its newest checkpoint (`pretrain --resume`), so a killed ablation
-loses at most the fine-tuning that was running and the steps since the last checkpoint. Each
-cell's own output (status lines, fine-tuning logs) goes to `work/logs/<cell>.log`; the console
-gets one progress line per cell: cells done / total and the estimated time left.
+loses at most the fine-tuning that was running and the steps since the last checkpoint. A record
+counts only for the cell it was made for: its params (every setting, `plan.Cell.params`) must be
+the cell's, and the records of the cells it needs must be the ones it was made from (each record
+has a `uid`, and names its needs' uids), so changing a scale's task size or learning rate reruns
+that cell and everything made from it, and nothing else. A cell started with other params than
+the plan's now (`work/started/`) starts again from nothing. Each cell's own output (status lines,
+fine-tuning logs) goes to `work/logs/<cell>.log`; the console gets one progress line per cell:
+cells done / total and the estimated time left.
 
 Several processes may run the same command on one folder at once (each with its own threads,
-e.g. two one-thread processes on two cores): a process claims a cell by creating
-`work/claims/<cell>` exclusively before running it, takes the first cell whose needs are done
-and that nobody holds, and waits while the cells left are held by others. A claim whose process
-has died is stale and is taken over, so a killed process's cell runs again.
+e.g. two one-thread processes on two cores): each claims a cell before running it
+(`claims.Claims`), takes the first cell whose needs are done and that nobody holds, and waits
+while the cells left are held by others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
-import os
 import shutil
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.ablate.claims import Claims
 from bertkit.ablate.plan import Cell, Plan
-from bertkit.ablate.taskdata import TASK_FILES, write_task_subset
+from bertkit.ablate.taskdata import TASK_FILES, majority_baseline, write_task_subset
 from bertkit.errors import UserError
 from bertkit.io import atomic_dir, read_json, write_json
 
@@ -48,75 +54,45 @@ class Context:
     data_dir: Path
     device: str = "auto"
     workers: int = 1
+    claims: Claims = field(init=False)
+
+    def __post_init__(self):
+        self.claims = Claims(self.work / "claims")
 
     def path(self, cell_id: str) -> Path:
         return self.work / cell_id
 
+    def _file(self, folder: str, cell_id: str, suffix: str = ".json") -> Path:
+        return self.work / folder / (cell_id.replace("/", "__") + suffix)
+
     def marker(self, cell_id: str) -> Path:
-        return self.work / "done" / (cell_id.replace("/", "__") + ".json")
+        return self._file("done", cell_id)
+
+    def started(self, cell_id: str) -> Path:
+        return self._file("started", cell_id)
 
     def log_file(self, cell_id: str) -> Path:
-        return self.work / "logs" / (cell_id.replace("/", "__") + ".log")
-
-    def claim_file(self, cell_id: str) -> Path:
-        return self.work / "claims" / cell_id.replace("/", "__")
-
-    def claim(self, cell_id: str) -> bool:
-        """Hold `cell_id` for this process; False while another live process holds it."""
-        path = self.claim_file(cell_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                if _holder_alive(path):
-                    return False
-                path.unlink(missing_ok=True)  # stale: its process died
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            return True
-        return False
-
-    def held_by_others(self, cell_id: str) -> bool:
-        path = self.claim_file(cell_id)
-        return path.is_file() and _holder(path) != os.getpid() and _holder_alive(path)
-
-    def release(self, cell_id: str) -> None:
-        path = self.claim_file(cell_id)
-        if path.is_file() and _holder(path) == os.getpid():
-            path.unlink(missing_ok=True)
+        return self._file("logs", cell_id, ".log")
 
 
-def _holder(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
-
-
-def _holder_alive(path: Path) -> bool:
-    pid = _holder(path)
-    if pid is None:  # being written this instant, or unreadable: treat as held
-        return path.exists()
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _as_json(params: tuple) -> dict:
+    """A cell's params as its record holds them (tuples as lists)."""
+    return json.loads(json.dumps(dict(params)))
 
 
 def read_done(ctx: Context, plan: Plan) -> dict[str, dict]:
-    """cell id -> its record, for the plan's finished cells."""
-    out = {}
+    """cell id -> its record, for the plan's cells done with the settings the plan gives them and
+    from the records of the cells they need (a plan lists every cell's needs before it)."""
+    out: dict[str, dict] = {}
     for cell in plan.cells:
         marker = ctx.marker(cell.id)
-        if marker.is_file():
-            out[cell.id] = read_json(marker, "a finished cell's record")
+        if not marker.is_file():
+            continue
+        record = read_json(marker, "a finished cell's record")
+        made_from = record.get("needs", {})
+        if record.get("params") == _as_json(cell.params) and all(
+                n in out and out[n].get("uid") == made_from.get(n) for n in cell.needs):
+            out[cell.id] = record
     return out
 
 
@@ -142,7 +118,7 @@ def _vocab(cell: Cell, plan: Plan, ctx: Context) -> dict:
 def _data(cell: Cell, plan: Plan, ctx: Context) -> dict:
     from bertkit.data.prepare import PrepareOptions, prepare_corpus
 
-    options = PrepareOptions(max_seq_len=plan.scale.max_seq_len, format=cell.param("format"), val_fraction=0.02,
+    options = PrepareOptions(max_seq_len=cell.param("max_seq_len"), format=cell.param("format"), val_fraction=0.02,
                              workers=ctx.workers)
     manifest = prepare_corpus(ctx.corpus, ctx.path("vocab"), ctx.path(cell.id), options)
     return {"corpus": manifest["corpus"], "splits": manifest.get("splits", {})}
@@ -152,22 +128,33 @@ def _tasks(cell: Cell, plan: Plan, ctx: Context) -> dict:
     task = cell.param("task")
     with atomic_dir(ctx.path(cell.id)) as tmp:
         counts = write_task_subset(task, ctx.data_dir, tmp, plan.scale.tasks[task])
+        counts["majority"] = majority_baseline(task, tmp)
     return counts
 
 
-def _pretrain(cell: Cell, plan: Plan, ctx: Context) -> dict:
-    import json
+def _length(cell: Cell, ctx: Context) -> dict:
+    """steps=N, or minutes=M: given, or those the pretraining `minutes_of` names took."""
+    if cell.param("steps") is not None:
+        return {"steps": cell.param("steps")}
+    if cell.param("minutes") is not None:
+        return {"minutes": cell.param("minutes")}
+    reference = read_json(ctx.marker(cell.param("minutes_of")), "a finished cell's record")
+    return {"minutes": reference["result"]["elapsed_s"] / 60}
 
+
+def _pretrain(cell: Cell, plan: Plan, ctx: Context) -> dict:
     from bertkit.pretrain import TrainConfig, pretrain
 
-    s = plan.scale
-    preset, overrides = s.shape(cell.param("size"))
+    s, p = plan.scale, dict(cell.params)
+    preset, overrides = s.shape(p["size"])
     out = ctx.path(cell.id)
-    cfg = TrainConfig(data=str(ctx.path(f"data/{cell.param('format')}")), out=str(out), preset=preset,
-                      steps=s.steps, objective=cell.param("objective"), batch_size=s.batch_size, lr=s.lr,
-                      warmup=s.warmup, dropout=s.dropout, mask_rule=cell.param("mask_rule"),
-                      precision=s.precision, compile=s.compile,
-                      save_every=max(1, s.steps // 8), eval_every=s.steps, log_every=max(1, s.steps // 20),
+    length = _length(cell, ctx)
+    steps = length.get("steps", s.steps)  # a time-budgeted run saves and logs as often as the reference
+    cfg = TrainConfig(data=str(ctx.path(f"data/{p['format']}")), out=str(out), preset=preset, **length,
+                      objective=p["objective"], batch_size=p["batch_size"], recipe=p["recipe"], lr=p["lr"],
+                      warmup=p["warmup"], dropout=p["dropout"], precision=p["precision"], mask_rule=p["mask_rule"],
+                      compile=s.compile, save_every=max(1, steps // 8), log_every=max(1, steps // 20),
+                      eval_every=steps if "steps" in length else 10**9,  # and once more at the end
                       eval_samples=s.eval_samples, keep=1, seed=0, resume=True, device=ctx.device,
                       config_overrides=dict(overrides))
     status = pretrain(cfg)
@@ -176,7 +163,8 @@ def _pretrain(cell: Cell, plan: Plan, ctx: Context) -> dict:
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     val = next((r for r in reversed(records) if r.get("kind") == "val"), {})
     train = next((r for r in reversed(records) if r.get("kind") == "train"), {})
-    result = {"steps": train.get("step"), "val": val, "train_loss": train.get("loss")}
+    result = {"steps": train.get("step"), "elapsed_s": train.get("elapsed"), "val": val,
+              "train_loss": train.get("loss"), **({"minutes": length["minutes"]} if "minutes" in length else {})}
     if "mlm_loss" in val:
         result["ppl"] = math.exp(val["mlm_loss"])
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the model is in out/model; resuming is over
@@ -189,8 +177,7 @@ def _finetune(cell: Cell, plan: Plan, ctx: Context) -> dict:
     from bertkit.finetune.loop import Hyper
     from bertkit.finetune.run import FinetuneJob, run_job
 
-    s, task, how = plan.scale, cell.param("task"), cell.param("how")
-    size = s.tasks[task]
+    s, task, how, p = plan.scale, cell.param("task"), cell.param("how"), dict(cell.params)
     files = ctx.path(f"tasks/{task}")
     train, dev = (str(files / name) for name in TASK_FILES[task])
     feature = how.startswith("fb-")
@@ -201,11 +188,11 @@ def _finetune(cell: Cell, plan: Plan, ctx: Context) -> dict:
     out = ctx.path(cell.id)
     if out.exists():  # a previous attempt finished its folder but not its record
         shutil.rmtree(out)
-    hyper = Hyper(epochs=size.epochs, lr=s.feature_lr if feature else size.lr, batch_size=size.batch_size,
-                  seeds=(cell.param("seed"),), group_by_length=True)
+    hyper = Hyper(epochs=p["epochs"], lr=p["lr"], batch_size=p["batch_size"], seeds=(p["seed"],),
+                  group_by_length=True)
     job = FinetuneJob(model=str(ctx.path(f"pretrain/{cell.param('variant')}") / "model"),
                       task="ner" if task == "conll" else task, train=train, dev=dev, out=str(out), hyper=hyper,
-                      max_seq_len=size.max_seq_len, feature_based=feature, layers=layers, combine=combine,
+                      max_seq_len=p["max_seq_len"], feature_based=feature, layers=layers, combine=combine,
                       device=ctx.device, precision=_precision(s, ctx), progress=False)
     new_model = None
     if how in (LTR, LTR_BILSTM):
@@ -223,11 +210,11 @@ def _precision(scale, ctx: Context) -> str:
     """The scale's precision for fine-tuning, "auto" resolved as pretraining resolves it."""
     from bertkit.devices import resolve_device, resolve_precision
 
-    return resolve_precision(scale.precision, resolve_device(ctx.device))
+    return resolve_precision(scale.finetune_precision, resolve_device(ctx.device))
 
 
 def _variant_size(plan: Plan, variant: str) -> str:
-    return next(r.variant.size for r in plan.rows if r.variant.name == variant)
+    return next(c.param("size") for c in plan.cells if c.id == f"pretrain/{variant}")
 
 
 EXECUTORS = {"vocab": _vocab, "data": _data, "tasks": _tasks, "pretrain": _pretrain, "finetune": _finetune}
@@ -285,34 +272,48 @@ def run_cells(plan: Plan, ctx: Context, log=print, poll_s: float = 2.0) -> dict[
         left = [c for c in plan.cells if c.id not in done]
         if not left:
             return done
-        cell = next((c for c in left if all(n in done for n in c.needs) and ctx.claim(c.id)), None)
+        claims = ctx.claims
+        cell = next((c for c in left if all(n in done for n in c.needs) and claims.claim(c.id)), None)
         if cell is None:
-            if not any(ctx.held_by_others(c.id) for c in left):
+            if not any(claims.held_by_others(c.id) for c in left):
                 missing = next(n for c in left for n in c.needs if n not in done)
                 raise UserError(f"cell {left[0].id} needs {missing}, which did not finish")
             time.sleep(poll_s)  # what is left waits on cells other processes are running
             continue
-        if ctx.marker(cell.id).is_file():  # another process finished it between our read and our claim
-            ctx.release(cell.id)
+        if cell.id in read_done(ctx, plan):  # another process finished it between our read and our claim
+            claims.release(cell.id)
             continue
         try:
-            done[cell.id] = _run_cell(cell, plan, ctx)
+            done[cell.id] = _run_cell(cell, plan, ctx, done)
         finally:
-            ctx.release(cell.id)
-        others = sum(ctx.held_by_others(c.id) for c in left)
+            claims.release(cell.id)
+        others = sum(claims.held_by_others(c.id) for c in left)
         progress.finished(cell, done[cell.id]["time_s"], 1 + others)
 
 
-def _run_cell(cell: Cell, plan: Plan, ctx: Context) -> dict:
-    """Run one claimed cell; its record, written last (the cell is done once the file exists)."""
+def _start_cell(cell: Cell, ctx: Context) -> None:
+    """Clear what a run of this cell with other params left (a stale record, a pretraining's
+    checkpoints) and what a killed atomic write left; note the params it starts with."""
+    params = _as_json(cell.params)
+    before = read_json(ctx.started(cell.id), "a cell's settings") if ctx.started(cell.id).is_file() else params
+    if ctx.marker(cell.id).is_file() or before != params:
+        ctx.marker(cell.id).unlink(missing_ok=True)
+        shutil.rmtree(ctx.path(cell.id), ignore_errors=True)
     _clear_partial(ctx.path(cell.id))
+    write_json(ctx.started(cell.id), params)
+
+
+def _run_cell(cell: Cell, plan: Plan, ctx: Context, done: dict[str, dict]) -> dict:
+    """Run one claimed cell; its record, written last (the cell is done once the file exists)."""
+    _start_cell(cell, ctx)
     started = time.time()
     ctx.log_file(cell.id).parent.mkdir(parents=True, exist_ok=True)
     with open(ctx.log_file(cell.id), "a", encoding="utf-8") as f, \
             contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         result = EXECUTORS[cell.kind](cell, plan, ctx)
-    record = {"id": cell.id, "kind": cell.kind, "params": dict(cell.params), "result": result,
+    record = {"id": cell.id, "kind": cell.kind, "params": _as_json(cell.params), "result": result,
               "time_s": round(time.time() - started, 2), "estimate_s": round(cell.estimate_s, 1),
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "uid": uuid.uuid4().hex,
+              "needs": {n: done[n].get("uid") for n in cell.needs}}
     write_json(ctx.marker(cell.id), record)
     return record

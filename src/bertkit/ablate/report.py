@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from bertkit.ablate.plan import Plan
-from bertkit.ablate.tables import TABLES, Row, Table, cell_how
+from bertkit.ablate.tables import NOT_RUN, TABLES, Row, Table, cell_how
 
 HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN = ("holds", "reversed", "not resolved at this scale", "pending",
                                                  "no sign in the paper")
@@ -23,20 +23,23 @@ HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN = ("holds", "reversed", "not resol
 
 def sign_verdict(paper_gap: float | None, ours: list[float], reference: list[float]) -> dict:
     """Whether our gap (median of `ours` minus median of `reference`) has the paper's sign,
-    counting it only when it exceeds the seeds' spread (the larger of the two standard deviations)."""
-    if paper_gap is None:
-        return {"verdict": NO_SIGN}
+    counting it only when it exceeds the seeds' spread (the larger of the two standard deviations).
+    With no paper figure (`paper_gap` None) there is no sign to check: our gap alone, and its
+    `direction` ("higher", "lower", or not resolved by the same rule)."""
     if not ours or not reference:
-        return {"verdict": PENDING, "paper_gap": paper_gap}
+        return {"verdict": NO_SIGN} if paper_gap is None else {"verdict": PENDING, "paper_gap": paper_gap}
     gap = statistics.median(ours) - statistics.median(reference)
-    out = {"paper_gap": round(paper_gap, 4), "our_gap": round(gap, 4)}
-    if len(ours) < 2 or len(reference) < 2:
-        return {**out, "spread": None, "verdict": UNRESOLVED, "why": "one run: no seed spread to compare with"}
-    spread = max(statistics.stdev(ours), statistics.stdev(reference))
-    out["spread"] = round(spread, 4)
+    spread = max(statistics.stdev(ours), statistics.stdev(reference)) if min(len(ours), len(reference)) > 1 else None
+    out = {"our_gap": round(gap, 4), "spread": None if spread is None else round(spread, 4)}
+    resolved = spread is not None and abs(gap) > spread
+    if paper_gap is None:
+        return {**out, "verdict": NO_SIGN, "direction": ("higher" if gap > 0 else "lower") if resolved else UNRESOLVED}
+    out = {"paper_gap": round(paper_gap, 4), **out}
+    if spread is None:
+        return {**out, "verdict": UNRESOLVED, "why": "one run: no seed spread to compare with"}
     if paper_gap == 0:
         return {**out, "verdict": NO_SIGN}
-    if abs(gap) <= spread:
+    if not resolved:
         return {**out, "verdict": UNRESOLVED, "why": "the gap is within the seeds' spread"}
     return {**out, "verdict": HOLDS if (gap > 0) == (paper_gap > 0) else REVERSED}
 
@@ -57,8 +60,10 @@ def _values(plan: Plan, records: dict, row: Row, column) -> tuple[list[float], l
     return values, seeds
 
 
-def _entry(values: list[float], seeds: list[int], paper) -> dict:
+def _entry(values: list[float], seeds: list[int], paper, not_run: bool = False) -> dict:
     entry = {"paper": paper, "values": values, "seeds": seeds, "n": len(values)}
+    if not_run:
+        entry["not_run"] = True
     if values:
         entry["median"] = statistics.median(values)
         entry["std"] = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -76,6 +81,9 @@ def _table(plan: Plan, records: dict, table: Table) -> dict | None:
     for row in rows:
         entries = {}
         for column in columns:
+            if cell_how(row, column) == NOT_RUN:
+                entries[column.name] = _entry([], [], None, not_run=True)
+                continue
             values, seeds = _values(plan, records, row, column)
             entry = _entry(values, seeds, row.paper.get(column.name))
             other = by_key.get(row.against or table.rows[0].key)
@@ -94,16 +102,23 @@ def _table(plan: Plan, records: dict, table: Table) -> dict | None:
 def build_report(plan: Plan, records: dict, meta: dict) -> dict:
     """report.json's content: `meta` (command, scale, times), the cells, every chosen table."""
     tables = [t for t in (_table(plan, records, table) for table in TABLES) if t is not None]
-    verdicts = [e["sign"]["verdict"] for t in tables for r in t["rows"] for e in r["entries"].values() if "sign" in e]
+    signs = [e["sign"] for t in tables for r in t["rows"] for e in r["entries"].values() if "sign" in e]
+    verdicts = [s["verdict"] for s in signs]
     counts = {v: verdicts.count(v) for v in (HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN) if v in verdicts}
-    pretrain = {r["id"]: r["result"] for r in records.values() if r["kind"] == "pretrain"}
+    directions = [s["direction"] for s in signs if "direction" in s]  # where the paper has no figure
+    unpaired = {d: directions.count(d) for d in ("higher", "lower", UNRESOLVED) if d in directions}
+    pretrain = {r["id"]: {**r["result"], "settings": r["params"]} for r in records.values() if r["kind"] == "pretrain"}
+    baselines = {r["params"]["task"]: r["result"].get("majority", {}) for r in records.values() if r["kind"] == "tasks"}
     return {**meta, "scale": plan.scale.name, "seeds": list(plan.seeds), "tasks": list(plan.tasks),
             "cells": {"done": sum(c.id in records for c in plan.cells), "total": len(plan.cells)},
             "cell_time_s": round(sum(r.get("time_s", 0.0) for r in records.values()), 1),
-            "verdicts": counts, "pretraining": pretrain, "tables": tables}
+            "verdicts": counts, "without_paper_figure": unpaired, "pretraining": pretrain, "baselines": baselines,
+            "tables": tables}
 
 
 def _number(entry: dict) -> str:
+    if entry.get("not_run"):
+        return "n/a"
     if not entry.get("n"):
         return "pending"
     if entry["n"] == 1:
@@ -113,9 +128,12 @@ def _number(entry: dict) -> str:
 
 def _sign_text(column: str, entry: dict) -> str:
     sign = entry.get("sign")
+    short = column.split(" (")[0]
+    if sign and "direction" in sign:  # no paper figure: our gap alone
+        direction = "not resolved" if sign["direction"] == UNRESOLVED else sign["direction"]
+        return f"{short} {direction} ({sign['our_gap']:+.2f}; no paper figure)"
     if not sign or sign["verdict"] == NO_SIGN:
         return ""
-    short = column.split(" (")[0]
     if sign["verdict"] == PENDING:
         return f"{short}: pending"
     verdict = "not resolved" if sign["verdict"] == UNRESOLVED else sign["verdict"]
@@ -153,10 +171,56 @@ def render_markdown(report: dict) -> str:
              "rows' seed standard deviations; otherwise it is not resolved at this scale.", ""]
     if report.get("verdicts"):
         lines += ["Signs: " + ", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) + ".", ""]
+    if report.get("without_paper_figure"):
+        lines += ["Where the paper has no figure (ELECTRA's rows, Table 5's NER column), our gap to the compared row: "
+                  + ", ".join(f"{n} {d}" for d, n in report["without_paper_figure"].items()) + ".", ""]
+    lines += render_baselines(report.get("baselines", {})) + render_pretraining(report.get("pretraining", {}))
     for table in report["tables"]:
         lines += render_table(table)
         lines += [f"![{table['title']}]({table['key']}.png)", ""]
     return "\n".join(lines)
+
+
+_TASK_NAMES = {"mrpc": "MRPC", "sst2": "SST-2", "squad": "SQuAD", "conll": "CoNLL-2003"}
+
+
+def render_baselines(baselines: dict) -> list[str]:
+    """One line: what the dev subsets' most frequent label scores, which a task must clearly beat
+    before its numbers can separate pretrainings."""
+    parts = []
+    for task, base in baselines.items():
+        if task == "conll" and base:
+            parts.append(f"CoNLL-2003 F1 0 (every word O; token accuracy {base['accuracy']:.1f})")
+        elif task == "squad" and base:
+            parts.append("SQuAD F1 0 (an empty answer)")
+        elif base:
+            parts.append(f"{_TASK_NAMES[task]} accuracy {base['accuracy']:.1f} (label {base['label']})")
+    return [f"Majority class on our dev subsets: {'; '.join(parts)}.", ""] if parts else []
+
+
+def _validation(val: dict) -> str:
+    """A pretraining's own validation accuracies, "mlm 23.1%, nsp 61.0%"."""
+    return ", ".join(f"{k.removesuffix('_accuracy').replace('_', ' ')} {100 * v:.1f}%"
+                     for k, v in val.items() if k.endswith("_accuracy")) or "-"
+
+
+def render_pretraining(pretraining: dict) -> list[str]:
+    """Every pretraining: its objective, learning rate, steps, minutes and validation accuracies."""
+    if not pretraining:
+        return []
+    lines = ["### Pretraining", "",
+             "Each variant's objective, peak learning rate, length (equal steps, or the equal-time budget) and "
+             "its own validation accuracies on held-out documents.", "",
+             "| pretraining | objective | lr | steps | minutes | validation accuracy |", "|---|---|---|---|---|---|"]
+    for cell_id, p in pretraining.items():
+        settings = p.get("settings", {})
+        minutes = f"{p['elapsed_s'] / 60:.1f}" if p.get("elapsed_s") is not None else "-"
+        budget = " (time budget)" if settings and "steps" not in settings else ""
+        lr = f"{settings['lr']:g}" if settings.get("lr") is not None else "-"
+        lines.append(f"| {cell_id.removeprefix('pretrain/')} | {settings.get('objective', '-')} | {lr} | "
+                     f"{p.get('steps')}{budget} | {minutes} | "
+                     f"{_validation(p.get('val', {}))} |")
+    return lines + [""]
 
 
 def write_report(out: Path, report: dict) -> None:

@@ -4,6 +4,9 @@ OUT holds `ablation.json` (the scale, corpus and task data the folder was starte
 with others is refused, as they would mix results), `work/` (the cells' folders, logs and
 records) and the report (report.md, report.json, one PNG per table). Running the same command
 again continues where it stopped; other --seeds, --tasks or --only add or leave out cells.
+The two steps before a full run share the folder and its cells: `mode` "tune-lr" (short
+pretrainings per objective and lr -> lr-tuning.json, `tune.py`) and "check-tasks" (the
+reference's own cells, each task against its majority class -> task-check.json, `check.py`).
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bertkit.ablate.cells import Context, read_done, run_cells
+from bertkit.ablate.check import check_plan, render_check, task_check
 from bertkit.ablate.plan import Plan, build_plan
 from bertkit.ablate.report import build_report, write_report
+from bertkit.ablate.tune import render_tune, tune_plan, tune_result
 from bertkit.errors import UserError
 from bertkit.io import read_json, write_json
 
 FOLDER_FILE = "ablation.json"
+MODES = ("run", "tune-lr", "check-tasks")  # the full run; the lr tuning; the task check
 
 
 @dataclass
@@ -35,9 +41,14 @@ class AblationJob:
     device: str = "auto"
     workers: int = 1
     command: str = ""
+    mode: str = "run"  # one of MODES
 
 
 def plan_for(job: AblationJob) -> Plan:
+    if job.mode == "tune-lr":
+        return tune_plan(job.scale)
+    if job.mode == "check-tasks":
+        return check_plan(job.scale, job.seeds, job.tasks)
     return build_plan(job.scale, job.seeds, job.tasks, job.only)
 
 
@@ -78,14 +89,32 @@ def _start_folder(job: AblationJob) -> None:
         check_folder(job)
 
 
-def report_now(job: AblationJob, plan: Plan, ctx: Context, meta: dict) -> dict:
-    report = build_report(plan, read_done(ctx, plan), meta)
-    write_report(Path(job.out), report)
+def report_now(job: AblationJob, plan: Plan, ctx: Context, meta: dict, log=print) -> dict:
+    """What the job's mode writes from the cells done so far: the report, lr-tuning.json or task-check.json."""
+    records = read_done(ctx, plan)
+    out = Path(job.out)
+    if job.mode == "tune-lr":
+        result = {**meta, **tune_result(plan, records)}
+        write_json(out / "lr-tuning.json", result)
+        for line in render_tune(result):
+            log(line)
+        return result
+    if job.mode == "check-tasks":
+        result = {**meta, **task_check(plan, records)}
+        write_json(out / "task-check.json", result)
+        for line in render_check(result):
+            log(line)
+        return result
+    report = build_report(plan, records, meta)
+    write_report(out, report)
+    log(f"report: {out / 'report.md'} ({report['cells']['done']} of {report['cells']['total']} cells done)")
     return report
 
 
 def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict:
-    """Run the cells of `job` not yet done (none with report_only), then write the report."""
+    """Run the cells of `job` not yet done (none with report_only), then write what its mode writes."""
+    if job.mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {job.mode!r}")
     plan = plan_for(job)
     check_folder(job)
     out = Path(job.out)
@@ -95,15 +124,13 @@ def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict
     started = time.time()
     meta = {"command": job.command, "job": {**asdict(job), "seeds": list(job.seeds)},
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    if not report_only:
-        if not (out / FOLDER_FILE).is_file():
-            _start_folder(job)
-        try:
-            run_cells(plan, ctx, log)
-        finally:  # a stopped run still leaves the report of what is done
-            meta["wall_s"] = round(time.time() - started, 1)
-            report = report_now(job, plan, ctx, meta)
-    else:
-        report = report_now(job, plan, ctx, meta)
-    log(f"report: {out / 'report.md'} ({report['cells']['done']} of {report['cells']['total']} cells done)")
-    return report
+    if report_only:
+        return report_now(job, plan, ctx, meta, log)
+    if not (out / FOLDER_FILE).is_file():
+        _start_folder(job)
+    try:
+        run_cells(plan, ctx, log)
+    finally:  # a stopped run still leaves the report of what is done
+        meta["wall_s"] = round(time.time() - started, 1)
+        result = report_now(job, plan, ctx, meta, log)
+    return result

@@ -5,19 +5,23 @@ a scale's `TaskSize` keeps a random subset (seed 0) of the training rows or sent
 file order, and of the dev set when it says so. SQuAD has only its dev file offline: its
 articles are shuffled (seed 0), the first K train and the next D are evaluated on, as
 `finetune --task squad --split-articles` does. The subsets are written in the official layouts,
-so the ordinary readers read them.
+so the ordinary readers read them. `majority_baseline` scores the dev subset's most frequent
+label (for CoNLL, every word tagged O: F1 0 and its token accuracy; for SQuAD, an empty answer),
+what a fine-tuned model must clearly beat before its numbers can separate pretrainings.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 from bertkit.errors import UserError
 
 SOURCES = {"mrpc": ("glue/MRPC/train.tsv", "glue/MRPC/dev.tsv"), "sst2": ("glue/SST-2/train.tsv", "glue/SST-2/dev.tsv"),
            "squad": ("squad/dev-v1.1.json", None), "conll": ("ner/conll2003/train.txt", "ner/conll2003/dev.txt")}
+LABEL_COLUMN = {"mrpc": 0, "sst2": -1}  # where a TSV row's label is
 TASK_FILES = {"mrpc": ("train.tsv", "dev.tsv"), "sst2": ("train.tsv", "dev.tsv"), "squad": ("train.json", "dev.json"),
               "conll": ("train.txt", "dev.txt")}
 
@@ -88,3 +92,18 @@ def write_task_subset(task: str, data_dir: Path, out: Path, size) -> dict:
     write = _conll if task == "conll" else _table
     train_name, dev_name = TASK_FILES[task]
     return {"train": write(paths[0], out / train_name, size.train), "dev": write(paths[1], out / dev_name, size.dev)}
+
+
+def majority_baseline(task: str, folder: Path) -> dict:
+    """What predicting the dev subset's most frequent label scores, in the task's metrics (x100);
+    for SQuAD, which has no labels to count, an empty answer (0)."""
+    dev = Path(folder) / TASK_FILES[task][1]
+    if task in LABEL_COLUMN:
+        rows = dev.read_text(encoding="utf-8").splitlines()[1:]
+        labels = [row.split("\t")[LABEL_COLUMN[task]].strip() for row in rows if row.strip()]
+        label, count = Counter(labels).most_common(1)[0]
+        return {"label": label, "accuracy": 100 * count / len(labels)}
+    if task == "conll":
+        tags = [line.split()[-1] for line in dev.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return {"label": "O", "f1": 0.0, "accuracy": 100 * tags.count("O") / len(tags)}
+    return {"label": "", "f1": 0.0, "exact_match": 0.0}

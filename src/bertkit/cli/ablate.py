@@ -4,7 +4,9 @@ From one corpus and one vocabulary it pretrains every variant (MLM + NSP, no NSP
 sizes, masking rules) with the same data and steps, fine-tunes or probes each on MRPC, SST-2,
 SQuAD and CoNLL-2003 with every seed, and writes OUT/report.md, report.json and a PNG per table,
 beside the paper's figures. Every cell is resumable: the same command again skips what is done.
-`--plan-only` lists the cells and the estimated time without running anything.
+`--plan-only` lists the cells and the estimated time without running anything. Before a full
+run, in the same folder: `--tune-lr` (each objective's lr on short pretrainings) and
+`--check-tasks` (the reference's fine-tunings against each task's majority class).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _names(text: str) -> list[str]:
 
 
 def _scale(text: str) -> str:
-    from bertkit.ablate.plan import SCALES
+    from bertkit.ablate.scales import SCALES
 
     if text not in SCALES:
         raise argparse.ArgumentTypeError(f"unknown scale {text!r}; choose from {', '.join(SCALES)}")
@@ -52,26 +54,39 @@ def add_arguments(parser) -> None:
     a("--seeds", type=comma_ints(low=0, unique=True), default="1,2,3", help="fine-tuning seeds, comma-separated")
     a("--tasks", type=_names, default=None, help="comma-separated subset of mrpc,sst2,squad,conll (default: all)")
     a("--only", type=_names, default=None,
-      help="comma-separated tables (t5,t6,t7,t8) or rows (t5-ltr, t8-100-0-0, ...) to run (default: all)")
+      help="comma-separated tables (t5,t5-time,t6,t7,t8) or rows (t5-ltr, t8-100-0-0, ...) to run (default: all)")
     a("--data-dir", type=existing_dir, default=None,
       help="the shared task data (glue/, squad/, ner/ as in ../shared/data; default $BERTKIT_SHARED/data, "
            "else ../shared/data)")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda or cuda:N")
     a("--workers", type=positive_int, default=1, help="tokenizing processes when preparing the corpus")
+    a("--tune-lr", action="store_true",
+      help="before a full run: short pretrainings per objective at the scale's candidate lrs, each scored by its "
+           "own validation metric -> OUT/lr-tuning.json")
+    a("--check-tasks", action="store_true",
+      help="before a full run: the reference's pretraining and fine-tunings (the full run's first cells), each task "
+           "against its majority class -> OUT/task-check.json")
     a("--plan-only", action="store_true", help="print the cells and the time estimate; run nothing")
     a("--report-only", action="store_true", help="write the report from the cells done so far; run nothing")
 
 
 def check(args) -> None:
-    from bertkit.ablate.plan import build_plan
     from bertkit.ablate.runner import check_folder
     from bertkit.ablate.taskdata import source_files
 
     if args.plan_only and args.report_only:
         raise UserError("--plan-only and --report-only: choose one")
+    if args.tune_lr and args.check_tasks:
+        raise UserError("--tune-lr and --check-tasks: choose one (tune first, then check)")
+    if (args.tune_lr or args.check_tasks) and args.only:
+        raise UserError(f"--only does not apply to {'--tune-lr' if args.tune_lr else '--check-tasks'}")
+    if args.tune_lr and args.tasks:
+        raise UserError("--tasks does not apply to --tune-lr (it pretrains only)")
     if not args.corpus and not (args.plan_only or args.report_only):
         raise UserError("--corpus is required (the pretraining text)")
-    plan = build_plan(args.scale, args.seeds, tuple(args.tasks) if args.tasks else None, args.only)
+    from bertkit.ablate.runner import plan_for
+
+    plan = plan_for(job_from_args(args))
     if not args.plan_only:
         for task in {c.param("task") for c in plan.cells if c.kind == "tasks"}:
             source_files(task, Path(args.data_dir or _default_data_dir()))
@@ -87,10 +102,12 @@ def job_from_args(args):
     for flag, value in (("--tasks", args.tasks), ("--only", args.only)):
         if value:
             command += [flag, ",".join(value)]
+    mode = "tune-lr" if args.tune_lr else "check-tasks" if args.check_tasks else "run"
+    command += [] if mode == "run" else [f"--{mode}"]
     return AblationJob(corpus=list(args.corpus or []), out=args.out, scale=args.scale, seeds=tuple(args.seeds),
                        tasks=tuple(args.tasks) if args.tasks else None, only=args.only,
                        data_dir=args.data_dir or _default_data_dir(), device=args.device, workers=args.workers,
-                       command=shlex.join(command))
+                       command=shlex.join(command), mode=mode)
 
 
 def run(args) -> int:
@@ -107,5 +124,6 @@ def run(args) -> int:
     except Stopped as e:
         print(f"bertkit ablate: stopped; the same command continues (exit status {e.status})", flush=True)
         return e.status
-    print("signs: " + (", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) or "none yet"))
+    if job.mode == "run":
+        print("signs: " + (", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) or "none yet"))
     return 0

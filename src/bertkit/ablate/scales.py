@@ -1,0 +1,133 @@
+"""The scales `bertkit ablate` runs at: model shapes, pretraining settings, task sizes and rates.
+
+A scale names one shape per model size (Table 6's "smaller", "reference", "larger"), how every
+variant is pretrained (a recipe of `bertkit.pretrain.recipes` and each objective's peak learning
+rate), the fixed task subsets and fine-tuning settings (`TaskSize`), and the measured seconds per
+unit its time estimate adds up (`rates`).
+
+- `tiny`: the tests' scale (a 20K-parameter model, a few steps); numbers mean nothing.
+- `cpu-small`: 2 CPU cores, about 2 h 15 min of wall time on quiet cores with 3 seeds and every table (two
+  processes on one folder). A 4-layer, hidden-128 reference (Table 6: the 2 x 128 tiny and
+  4 x 256 mini beside it), an 8,000-entry vocabulary, 1,600 pretraining steps of 32 x 128 tokens
+  with the budget recipe (width-scaled init with a sinusoidal position table, AdamW beta2 0.98,
+  5% warm-up, no dropout while pretraining, bf16 autocast where the CPU has bf16 instructions) at
+  each objective's own peak lr (`lr_by_objective`, chosen by `bertkit ablate --tune-lr`); Table 5
+  also at equal wall time. The second run (BERT's init, lr 1e-3 for every objective) left the MLM
+  models on the plateau: docs/ablations/cpu-small-run2/NOTE.md.
+- `gpu`: one H200, about 10 minutes: the base shape at 128 tokens, bf16 and torch.compile, the
+  paper recipe's init and beta2 (BERT's 0.02 suits hidden 768) at lr 4e-4 with no dropout, about 2
+  minutes of pretraining per variant, full MRPC and CoNLL, larger SST-2 and SQuAD subsets. Not run
+  yet (no device has been lent); its step counts follow from the H200 rate the benchmark measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bertkit.pretrain.recipes import fill
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    train: int  # examples (sentences, pairs; more than the file holds: all) or, for squad, articles
+    dev: int | None  # None: the whole dev set; for squad, the number of held-out articles
+    epochs: int
+    lr: float
+    max_seq_len: int
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    vocab_size: int
+    max_seq_len: int
+    preset: str
+    sizes: dict  # "reference" / "smaller" / "larger" -> (preset, BertConfig overrides)
+    steps: int  # pretraining steps of every equal-steps variant
+    batch_size: int  # pretraining sequences per step
+    lr_by_objective: dict  # objective -> its pretraining's peak learning rate
+    tasks: dict  # task -> TaskSize
+    recipe: str = "budget"  # the pretraining recipe (bertkit.pretrain.recipes) filling what is left None
+    warmup: float | None = None  # fraction of the run; None: the recipe's
+    precision: str | None = None  # "fp32", "bf16" or "auto", pretraining and fine-tuning; None: the recipe's
+    dropout: float | None = None  # every dropout while pretraining; None: the recipe's (fine-tuning keeps 0.1)
+    time_minutes: float | None = None  # Table 5's equal-time budget; None: what the MLM + NSP reference took
+    lr_grid: dict = field(default_factory=dict)  # objective -> candidate peak lrs that --tune-lr tries
+    tune_steps: int = 0  # the steps of each --tune-lr pretraining
+    feature_lr: float = 1e-3  # the feature-based tagger's learning rate
+    compile: bool = False
+    eval_samples: int = 512  # validation sequences each pretraining is scored on
+    # seconds per unit, measured at this scale: pretraining step per size (and `{objective}_factor`,
+    # an objective's step over an MLM step); fine-tuning per training example (squad: article) and
+    # epoch; evaluation per cell; the fixed cost of a cell
+    rates: dict = field(default_factory=dict)
+
+    def shape(self, size: str) -> tuple[str, dict]:
+        return self.sizes[size]
+
+    def lr_for(self, objective: str) -> float:
+        if objective not in self.lr_by_objective:
+            raise ValueError(f"scale {self.name} has no learning rate for objective {objective!r} in lr_by_objective")
+        return self.lr_by_objective[objective]
+
+    def pretrain_options(self, objective: str) -> dict:
+        """The TrainConfig options every pretraining of `objective` at this scale takes."""
+        return {"recipe": self.recipe, "lr": self.lr_for(objective), "warmup": self.warmup,
+                "dropout": self.dropout, "precision": self.precision}
+
+    @property
+    def finetune_precision(self) -> str:
+        """The pretraining's precision ("auto" resolved later, per device), which fine-tuning keeps."""
+        return fill(self.recipe, {"precision": self.precision})["precision"]
+
+
+_TINY_SHAPE = {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 37,
+               "max_position_embeddings": 64}
+# cpu-small's reference: 4 layers (Table 7 needs the last four), hidden 128, 2 heads
+_CPU_SHAPE = {"num_hidden_layers": 4, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 512}
+# cpu-small's measured rates, one thread each for two processes sharing the 2 cores, bf16 autocast
+# (docs/ablations/cpu-small-timings.json; the objectives' factors: docs/ablations/cpu-small-steps.json;
+# head_ltr-bilstm, the LTR head with a BiLSTM over the plain head: the second run's cells, whose
+# other rates came out 1.1-2x these on a shared machine): pretraining seconds per step per size (a
+# size's fine-tuning scales the same way); fine-tuning seconds per training example (squad: article)
+# and epoch; evaluation seconds per cell
+CPU_SMALL_RATES = {"fixed": 2.0, "vocab": 60.0, "data": 30.0, "step_reference": 0.30, "step_smaller": 0.12,
+                   "step_larger": 0.65, "ltr_factor": 2.9, "electra_factor": 1.45, "head_ltr-bilstm": 1.5,
+                   "ft_mrpc": 10.08 / 1500, "ft_sst2": 6.68 / 3000, "ft_conll": 6.83 / 2000,
+                   "fb_conll": 4.16 / 2000, "eval_conll": 2.2, "ft_squad": 86.0 / 6}
+SCALES = {
+    "tiny": Scale(
+        "tiny", vocab_size=120, max_seq_len=32, preset="tiny",
+        sizes={"reference": ("tiny", _TINY_SHAPE),
+               "smaller": ("tiny", {**_TINY_SHAPE, "num_hidden_layers": 2}),
+               "larger": ("tiny", {**_TINY_SHAPE, "hidden_size": 48, "num_attention_heads": 3})},
+        steps=3, batch_size=8, lr_by_objective=dict.fromkeys(("mlm+nsp", "mlm", "ltr", "electra"), 2e-3),
+        precision="fp32", eval_samples=8, lr_grid={"mlm": (1e-3, 3e-3), "electra": (1e-4, 1e-3)}, tune_steps=3,
+        tasks={"mrpc": TaskSize(16, 8, 1, 1e-3, 32, 8), "sst2": TaskSize(16, 8, 1, 1e-3, 32, 8),
+               "squad": TaskSize(1, 1, 1, 1e-3, 64, 8), "conll": TaskSize(16, 8, 1, 1e-3, 32, 8)},
+        rates={"fixed": 1.0}),
+    "cpu-small": Scale(
+        "cpu-small", vocab_size=8000, max_seq_len=128, preset="tiny",
+        sizes={"reference": ("tiny", _CPU_SHAPE), "smaller": ("tiny", {}), "larger": ("mini", {})},
+        steps=1600, batch_size=32,
+        # The budget recipe's 3e-3 for the masked-LM objectives; LTR's and ELECTRA's are to be chosen by
+        # `bertkit ablate --tune-lr` (OUT/lr-tuning.json). ELECTRA on the demo's data (tiny preset, 400
+        # steps, docs/results/pretrain-objectives/2026-12-04.json): at lr >= 1e-3 the discriminator
+        # collapses to "all original" (replaced accuracy 0.2%), though its 16-label probe was 38.7 there
+        # against 34.6 at 1e-4, which has the best replaced accuracy (20.6%).
+        lr_by_objective={"mlm+nsp": 3e-3, "mlm": 3e-3, "ltr": 3e-3, "electra": 1e-4},
+        lr_grid={"mlm+nsp": (1e-3, 3e-3), "mlm": (1e-3, 3e-3), "ltr": (1e-3, 3e-3),
+                 "electra": (5e-5, 1e-4, 3e-4, 1e-3)}, tune_steps=400,
+        tasks={"mrpc": TaskSize(3668, None, 2, 1e-3, 128), "sst2": TaskSize(6000, None, 2, 1e-3, 64),
+               "squad": TaskSize(4, 3, 2, 1e-3, 192), "conll": TaskSize(2000, 1000, 3, 1e-3, 128)},
+        rates=CPU_SMALL_RATES),
+    "gpu": Scale(
+        "gpu", vocab_size=30522, max_seq_len=128, preset="base",
+        sizes={"reference": ("base", {}), "smaller": ("small", {}), "larger": ("large", {})},
+        steps=2000, batch_size=256, lr_by_objective=dict.fromkeys(("mlm+nsp", "mlm", "ltr", "electra"), 4e-4),
+        recipe="paper", warmup=0.06, precision="bf16", dropout=0.0, compile=True,
+        tasks={"mrpc": TaskSize(3668, None, 3, 4e-5, 128), "sst2": TaskSize(20000, None, 2, 4e-5, 64),
+               "squad": TaskSize(24, 24, 2, 8e-5, 384), "conll": TaskSize(14041, None, 3, 5e-5, 128)},
+        feature_lr=1e-3, eval_samples=2048, rates={"fixed": 5.0}),
+}
