@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import signal
 import sys
 import time
@@ -116,9 +117,11 @@ def pretrain(cfg: TrainConfig) -> int:
     cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device))
     try:
         status = _run(cfg, device, d)
-        # Every rank done with its collectives before any tears its group down: a gloo rank that
-        # destroyed its group while a peer's last work was in flight once aborted in CI
-        # ("terminate called without an active exception").
+        # Every rank done with its collectives before any tears its group down, and nothing left
+        # holding the group when it goes: DDP's reducer keeps its own reference inside reference
+        # cycles, and a gloo group first freed during interpreter shutdown aborts the process
+        # ("terminate called without an active exception", seen in CI on rank 1 after a finished run).
+        gc.collect()
         barrier(d)
         return status
     finally:

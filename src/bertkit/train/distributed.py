@@ -7,6 +7,7 @@ the numbers do not depend on N. NCCL on GPU, gloo on CPU; only rank 0 writes fil
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ def init_distributed(device_kind: str) -> Dist:
 def close_distributed(d: Dist) -> None:
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()  # free the group's last owners now, not in interpreter shutdown (see pretrain())
 
 
 def all_sum(t: torch.Tensor, d: Dist) -> torch.Tensor:
