@@ -126,6 +126,19 @@ CASES = [
     Case(f"{FT} --eval-every 0", "argument --eval-every"),
     Case(f"{FT} --eval-every 2.5", "argument --eval-every"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
+    # finetune --long-inputs
+    Case(f"{FT} --long-inputs chunks", "argument --long-inputs: invalid choice"),
+    Case(f"{FT} --long-inputs windows --window-stride 0", "argument --window-stride"),
+    Case(f"{FT} --window-stride 8", "--window-stride applies to --long-inputs windows"),
+    Case(f"{FT} --aggregate max", "--aggregate applies to --long-inputs windows"),
+    Case(f"{FT} --long-inputs windows --aggregate median", "argument --aggregate: invalid choice"),
+    Case(f"{FT.replace('--task sst2', '--task squad')} --long-inputs windows", "--long-inputs applies to --task"),
+    Case(f"{FT.replace('sst2', 'ner').replace('$train', '$conll').replace('$dev', '$conll')} --long-inputs windows "
+         "--aggregate max", "--aggregate applies to --task"),
+    Case(f"{FT.replace('sst2', 'ner').replace('$train', '$conll').replace('$dev', '$conll')} --feature-based "
+         "--long-inputs windows", "the --feature-based tagger reads sentences cut to --max-seq-len"),
+    Case(f"{FT} --long-inputs windows --max-seq-len 16 --window-stride 15",
+         "--window-stride 15 is longer than a window (14 tokens)"),
     # finetune --task embedding / rerank
     Case(f"{FT} --pooling mean", "--pooling applies to --task embedding only"),
     Case(f"{FT} --grad-cache 4", "--grad-cache applies to --task embedding only"),
@@ -251,6 +264,9 @@ CASES = [
     Case(f"{EM} --max-length 2", "argument --max-length"),
     Case(EM.replace("cls", "sum"), "argument --pooling"),
     Case(EM.replace("$tiny", "."), "argument --model: .: no config.json"),
+    Case(f"{EM} --long-inputs windows --window-stride x", "argument --window-stride"),
+    Case(f"{EM} --window-stride 4", "--window-stride applies to --long-inputs windows"),
+    Case(f"{EM} --long-inputs whole", "argument --long-inputs: invalid choice"),
     # features
     Case(FE.replace("out.npz", "out.npy"), "out.npy: output must end in .npz"),
     Case(FE, "out.npz: exists; pass --overwrite", {"out.npz": "old features"}),
@@ -258,12 +274,21 @@ CASES = [
     Case(f"{FE} --max-length 1000", "argument --max-length"),
     Case(f"{FE} --combine mean", "argument --combine"),
     Case(FE.replace("$text", "latin1.txt"), "latin1.txt:2: not valid UTF-8", {"latin1.txt": LATIN1}),
+    Case(f"{FE} --window-stride 4", "--window-stride applies to --long-inputs windows"),
+    Case(f"{FE} --long-inputs windows --max-length 8 --window-stride 7",
+         "--window-stride 7 is longer than a window (6 tokens)"),
     # evaluate
     Case(f"{EV} --out pred.tsv", "pred.tsv: exists; pass --overwrite", {"pred.tsv": "old"}),
     Case(EV.replace("$dev", "nope.tsv"), "argument --data: nope.tsv: no such file"),
     Case(f"{EV} --batch-size 0", "argument --batch-size"),
     Case(EV, "model has no trained BertForSequenceClassification head"),
     Case(f"{EV} --zero-shot --out x.tsv", "--zero-shot writes no predictions"),
+    Case(f"{EV} --best-chunk", "--best-chunk applies to --task retrieval only"),
+    Case(f"{EV} --long-inputs truncate --window-stride 4", "--window-stride applies to --long-inputs windows"),
+    Case(f"{EV} --aggregate max", "--window-stride and --aggregate apply to windows, and this model was fine-tuned"),
+    Case(EV.replace("sst2", "squad").replace("$dev", "$squad") + " --long-inputs windows",
+         "--long-inputs applies to classification, regression and ner tasks"),
+    Case(f"{EV} --zero-shot --aggregate max", "--aggregate applies to classification and regression tasks"),
     # index, search
     Case(IX, "idx: holds a previous index; pass --overwrite", {"idx/meta.json": "{}"}),
     Case(IX, "idx: is a file", {"idx": "a file"}),
@@ -274,6 +299,8 @@ CASES = [
     Case(f"{IX} --dtype int4", "argument --dtype"),
     Case(f"{IX} --ann-threshold -1", "argument --ann-threshold"),
     Case(f"{IX} --chunk 1", "argument --chunk"),
+    Case(f"{IX} --best-chunk --long-inputs truncate", "--best-chunk reads documents in windows: not with"),
+    Case(f"{IX} --window-stride 0", "argument --window-stride"),
     Case(IX.replace("$tiny", "nowhere"), "argument --model: nowhere: no such"),
     Case("search --index nowhere q", "argument --index: nowhere: no such folder"),
     Case("search --index d q", "d: not a search index (no meta.json)", {"d/notes.txt": "mine"}),
@@ -288,6 +315,8 @@ CASES = [
     Case("data", "required: ACTION"),
     Case("evaluate --task retrieval --bm25 --queries $text --corpus $text", "--task retrieval needs --qrels"),
     Case("evaluate --task retrieval --queries $text --corpus $text --qrels $text", "needs --model, --bm25 or both"),
+    Case("evaluate --task retrieval --bm25 --queries $text --corpus $text --qrels $text --aggregate max",
+         "--aggregate applies to classification and regression tasks (retrieval: --best-chunk)"),
     Case(f"{EV} --bm25", "--bm25 applies to --task retrieval only"),
     # score: the row (no id matches), then layouts and missing files
     Case(SQ, "pred.json: none of its 2 question ids", {"pred.json": '{"q1": "a", "q2": "b"}'}),
@@ -329,6 +358,8 @@ CASES = [
     Case(f"{SV} --backend tpu", "argument --backend"),
     Case(f"{SV} --api-key ''", "--api-key (or $BERTKIT_API_KEY) is empty"),
     Case(f"{SV} --host ''", "--host is empty"),
+    Case(f"{SV} --long-inputs cut", "argument --long-inputs: invalid choice"),
+    Case(f"{SV} --max-windows 0", "argument --max-windows"),
     Case(f"{SV} --host 203.0.113.7", "cannot listen on 203.0.113.7:0"),
     # export, --backend onnx
     Case(EX.replace("onnx", "tflite"), "argument --format"),

@@ -94,7 +94,8 @@ def test_long_inputs_are_cut_with_one_note_and_overwrite_replaces(tiny_dir, tmp_
     features = ["features", "--model", str(tiny_dir), "--input", str(source), "--out", str(tmp_path / "f.npz")]
     assert cli([*embed, "--max-length", "16"]) == 0
     err = capsys.readouterr().err
-    assert "bertkit embed: note: 1 of 3 inputs were longer than 16 tokens and were cut to them\n" in err, err
+    assert ("bertkit embed: note: 1 of 3 inputs were longer than 16 tokens and were cut to them (--long-inputs "
+            "windows reads them whole)\n") in err, err
     assert err.count("note:") == 1
     assert cli([*features, "--layers", "-1", "--max-length", "512"]) == 0  # above the model's 64: cut to those
     err = capsys.readouterr().err

@@ -275,8 +275,8 @@ def test_output_replaced_only_with_overwrite_and_a_failed_run_leaves_nothing(tin
             "--dev", tmp_path / "dev.tsv", "--out", out, "--epochs", "1", "--seeds", "1", "--max-seq-len", "16",
             "--no-progress")
     assert run_cli(*args) == 0
-    assert ("note: 0 training and 1 dev inputs were longer than 16 tokens and were cut to them"
-            in capsys.readouterr().out)
+    assert ("note: dev: 1 of 5 inputs were longer than 16 tokens and were cut to them (--long-inputs windows "
+            "reads them whole)" in capsys.readouterr().out)
     assert run_cli("evaluate", "--model", out / "model", "--task", "sst2", "--data", tmp_path / "dev.tsv") == 0
     assert "bertkit evaluate: note: 1 of 5 inputs were longer than 16 tokens" in capsys.readouterr().err
     results = (out / "results.json").read_bytes()

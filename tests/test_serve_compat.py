@@ -95,11 +95,17 @@ def test_v1_embeddings_dimensions_model_echo_and_long_inputs(url):
     np.testing.assert_allclose(tei, first8, atol=1e-5)
     too_wide = post_json(url, "/v1/embeddings", {"input": "a", "dimensions": 33})
     assert too_wide.status_code == 422 and too_wide.json()["error"]["param"] == "dimensions"
-    cut = post_json(url, "/v1/embeddings", {"input": ["a film", LONG, "a"]})
+    # a long input never fails an OpenAI batch: read in 3 windows of 128 tokens (stride 63), pooled
+    pooled = post_json(url, "/v1/embeddings", {"input": ["a film", LONG, "a"]})
+    assert pooled.status_code == 200 and pooled.headers["x-windowed-inputs"] == "1:3"
+    assert "x-truncated-inputs" not in pooled.headers
+    assert len(pooled.json()["data"]) == 3 and pooled.json()["usage"]["prompt_tokens"] == 128 + 128 + 76 + 4 + 3
+    cut = post_json(url, "/v1/embeddings", {"input": ["a film", LONG, "a"], "long_inputs": "truncate"})
     assert cut.status_code == 200 and cut.headers["x-truncated-inputs"] == "1"
     assert len(cut.json()["data"]) == 3 and cut.json()["usage"]["prompt_tokens"] == 128 + 4 + 3
     refused = post_json(url, "/embed", {"inputs": ["a film", LONG]})  # TEI's route keeps its 422 ...
     assert refused.status_code == 422 and '"truncate": true' in refused.json()["error"]
+    assert "128 tokens" in refused.json()["error"] and '"long_inputs": "windows"' in refused.json()["error"]
     assert post_json(url, "/embed", {"inputs": [LONG], "truncate": True}).headers["x-truncated-inputs"] == "0"
 
 

@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bertkit.data.batching import collate, pad_rows, to_device
+from bertkit.data.batching import length_mask, pad_rows
 from bertkit.devices import autocast
 from bertkit.errors import UserError
+from bertkit.long_inputs import Plan, Policy, merge_reports, pool_chunks
 from bertkit.model import BertModel
 from bertkit.tokenizer import Tokenizer
 
@@ -85,22 +86,33 @@ def load_encoder(path: str | os.PathLike) -> tuple[BertModel, Tokenizer]:
     return model.eval(), tokenizer
 
 
+def text_plan(tokenizer: Tokenizer, texts: Sequence[str], max_length: int, policy: Policy | None = None) -> Plan:
+    """Every text's rows under `policy` (truncation when None): its first `max_length` tokens, or
+    all of it in windows (`bertkit.long_inputs`)."""
+    policy = policy or Policy()
+    contents = tokenizer.encode_ids_batch(list(texts))
+    return Plan(contents, max_length, tokenizer, stride=policy.stride, first_only=not policy.windows)
+
+
 @torch.inference_mode()
 def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *, pooling: str = "mean",
                 layers: Sequence[int] = (-1,), combine: str = "concat", normalize: bool = False,
                 batch_size: int = 32, max_length: int = 512, device: str | torch.device = "cpu",
-                progress: bool = True, report: dict | None = None, precision: str = "fp32") -> np.ndarray:
+                progress: bool = True, report: dict | None = None, precision: str = "fp32",
+                policy: Policy | None = None, chunks: bool = False):
     """One float32 vector per text: (N, C), or (N, C*k) for k concatenated layers.
 
     `precision` "bf16" runs the encoder under bf16 autocast (`devices.autocast`); pooling and
     normalising stay fp32.
 
-    Texts longer than `max_length` tokens (or the model's position limit, if smaller) are cut;
-    a `report` dict given is filled with how many were ("cut") and the limit ("max_length").
-    The model is moved to `device` and run in eval mode; its training flag is restored after.
+    Texts longer than `max_length` tokens (or the model's position limit, if smaller) are cut, or
+    with `policy` windows read in overlapping chunks whose vectors are averaged by their token
+    counts (`long_inputs.pool_chunks`; each chunk normalised first when `normalize`); with
+    `chunks` too, ((R, C) one vector per chunk, (R,) the text of each) instead. A `report` dict
+    given is filled with `long_inputs.LongReport.as_dict()` and the old keys "cut" (texts cut to
+    the limit) and "max_length". The model is moved to `device` and run in eval mode; its
+    training flag is restored after.
     """
-    from tqdm import tqdm
-
     if pooling not in POOLINGS:
         raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}")
     if combine not in COMBINES:
@@ -109,13 +121,31 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
         raise UserError(f"batch size must be at least 1, got {batch_size}")
     layers = list(layers)
     check_layers(layers, model.config.num_hidden_layers + 1)
-    width = model.config.hidden_size * (len(layers) if combine == "concat" else 1)
     max_length = min(max_length, model.config.max_position_embeddings)
-    encodings = tokenizer.encode_batch(list(texts), max_length=max_length, truncation=True)
+    (policy or Policy()).check_window(max_length - 2)
+    plan = text_plan(tokenizer, texts, max_length, policy)
+    summary = plan.report((policy or Policy()).name)
     if report is not None:
-        report.update(cut=sum(e.truncated for e in encodings), max_length=max_length)
-    order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i]))
-    out = np.zeros((len(encodings), width), dtype=np.float32)
+        report.update(summary.as_dict(), cut=0 if summary.policy == "windows" else summary.long,
+                      max_length=max_length)
+    vectors = _embed_rows(model, plan, layers, combine, pooling, normalize, batch_size, device, progress, precision)
+    if chunks:
+        return vectors, plan.owner
+    if len(plan) == len(texts):  # one row per text: truncation, or nothing long
+        return vectors
+    counts = plan.lengths
+    return np.stack([pool_chunks(vectors[plan.rows(i)], counts[plan.rows(i)], normalize) for i in range(len(texts))])
+
+
+def _embed_rows(model, plan: Plan, layers: list[int], combine: str, pooling: str, normalize: bool, batch_size: int,
+                device, progress: bool, precision: str) -> np.ndarray:
+    """(R, width) the vector of each row of `plan`, batched longest first."""
+    from tqdm import tqdm
+
+    width = model.config.hidden_size * (len(layers) if combine == "concat" else 1)
+    lengths = plan.lengths
+    order = sorted(range(len(plan)), key=lambda r: -lengths[r])
+    out = np.zeros((len(plan), width), dtype=np.float32)
     was_training = model.training
     model.to(device).eval()
     only_last = layers == [-1]
@@ -124,13 +154,13 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
         with tqdm(total=len(order), unit="text", disable=not progress, desc="embedding") as bar:
             for start in range(0, len(order), batch_size):
                 batch = order[start:start + batch_size]
-                ids = pad_rows([encodings[i].ids for i in batch], tokenizer.pad_id).to(device)  # (B, T)
-                mask = pad_rows([encodings[i].attention_mask for i in batch], 0).to(device)  # (B, T)
+                ids = pad_rows([plan.row(r)[0] for r in batch], plan.pad_id).to(device)  # (B, T)
+                mask = length_mask(lengths[batch], ids.shape[1]).to(device)  # (B, T)
                 with autocast(precision, device):
                     result = model(ids, attention_mask=mask, output_hidden_states=not only_last)
+                bar.update(len(batch))
                 if graph_pooled:  # an ONNX export's own pooled (and normalised) vectors
                     out[batch] = result.sentence_embedding
-                    bar.update(len(batch))
                     continue
                 if only_last:
                     hidden = result.last_hidden_state  # (B, T, C)
@@ -140,7 +170,6 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
                 if normalize:
                     vectors = F.normalize(vectors, p=2, dim=-1)
                 out[batch] = vectors.cpu().numpy()
-                bar.update(len(batch))
     finally:
         model.train(was_training)
     return out
@@ -149,35 +178,66 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
 @torch.no_grad()
 def token_features(model: BertModel, tokenizer: Tokenizer, sentences: Sequence[str], layers: Sequence[int],
                    combine: str = "concat", max_length: int = 128, batch_size: int = 32,
-                   device: str | torch.device = "cpu", progress: bool = True, report: dict | None = None):
+                   device: str | torch.device = "cpu", progress: bool = True, report: dict | None = None,
+                   policy: Policy | None = None):
     """(features (N, F) float32, offsets (S+1,), tokens) for every token of every sentence.
 
     Sentence i's tokens, [CLS] and [SEP] included, are rows offsets[i]:offsets[i+1]; F is C times
-    the number of layers for "concat", C otherwise. Sentences longer than `max_length` tokens
-    (or the model's position limit, if smaller) are cut, and counted in `report` as in `embed_texts`.
+    the number of layers for "concat", C otherwise. Sentences longer than `max_length` tokens (or
+    the model's position limit, if smaller) are cut, or with `policy` windows read whole: each
+    token's vector from the window where it has the most context ([CLS] from the first window,
+    [SEP] from the last), the token vectors late chunking pools. Windows run in input order, a
+    batch at a time, each placed into its sentence's array at once. `report` as in `embed_texts`, with
+    "windows_per_input" too.
     """
     from tqdm import tqdm
 
     check_layers(layers, model.config.num_hidden_layers + 1)
     max_length = min(max_length, model.config.max_position_embeddings)
-    chunks, tokens, lengths, cut = [], [], [], 0
+    policy = policy or Policy()
+    policy.check_window(max_length - 2)
+    chunks, tokens, reports, windows = [], [], [], []
     model.to(device).eval()
     bar = tqdm(total=len(sentences), unit="sentence", disable=not progress, leave=False)
     for i in range(0, len(sentences), batch_size):
-        encodings = tokenizer.encode_batch(list(sentences[i : i + batch_size]), max_length=max_length)
-        cut += sum(e.truncated for e in encodings)
-        batch = collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encodings], tokenizer.pad_id)
-        out = model(**to_device(batch, device), output_hidden_states=True)
-        h = select_layers(out.hidden_states, layers, combine).float().cpu()  # (B, T, F)
-        for row, e in zip(h, encodings):
-            chunks.append(row[: len(e.ids)].numpy())
-            tokens.extend(e.tokens)
-            lengths.append(len(e.ids))
+        encodings = tokenizer.encode_batch(list(sentences[i : i + batch_size]), truncation=False,
+                                           add_special_tokens=False)
+        plan = Plan([e.ids for e in encodings], max_length, tokenizer, stride=policy.stride,
+                    first_only=not policy.windows)
+        reports.append(plan.report(policy.name))
+        windows += np.bincount(plan.owner, minlength=len(encodings)).tolist()
+        for j, features in enumerate(_plan_features(model, plan, layers, combine, batch_size, device)):
+            chunks.append(features)
+            tokens.extend(["[CLS]", *encodings[j].tokens[: len(features) - 2], "[SEP]"])
         bar.update(len(encodings))
     bar.close()
     if report is not None:
-        report.update(cut=cut, max_length=max_length)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        total = merge_reports(reports, policy.name, max_length)
+        report.update(total.as_dict(), cut=0 if policy.windows else total.long, max_length=max_length,
+                      windows_per_input=windows)
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int64)
     width = chunks[0].shape[1] if chunks else 0
     features = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros((0, width), np.float32)
     return features, offsets, tokens
+
+
+def _plan_features(model, plan: Plan, layers, combine: str, batch_size: int, device):
+    """Yield each input's (covered + 2, F) token features, its rows run in order, `batch_size` at a time."""
+    lengths = plan.lengths
+    outs: dict[int, np.ndarray] = {}
+    best: dict[int, np.ndarray] = {}
+    for start in range(0, len(plan), batch_size):
+        batch = list(range(start, min(start + batch_size, len(plan))))
+        ids = pad_rows([plan.row(r)[0] for r in batch], plan.pad_id).to(device)  # (B, T)
+        mask = length_mask(lengths[batch], ids.shape[1]).to(device)  # (B, T)
+        hidden = model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        h = select_layers(hidden, layers, combine).float().cpu().numpy()  # (B, T, F)
+        for k, r in enumerate(batch):
+            i = int(plan.owner[r])
+            if i not in outs:
+                best[i] = plan.best_rows(i)
+                outs[i] = np.empty((len(best[i]) + 2, h.shape[-1]), dtype=np.float32)
+            plan.place(r, h[k], outs[i], best[i])
+            if r == plan.rows(i)[-1]:  # rows run in input order: input i is complete
+                best.pop(i)
+                yield outs.pop(i)

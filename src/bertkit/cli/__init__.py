@@ -49,11 +49,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 NO_MODEL = frozenset({"tokenize", "tokenizer", "score", "data", "info", "prepare"})
 
 
-def note_cut(command: str, cut: int, total: int, limit: int) -> None:
-    """One note on stderr when inputs were longer than the token limit and were cut."""
-    if cut:
-        print(f"bertkit {command}: note: {cut:,} of {total:,} inputs were longer than {limit} tokens and were cut "
-              f"to them", file=sys.stderr, flush=True)
+def note_long(command: str, report, what: str = "") -> None:
+    """One note on stderr when inputs were longer than the token limit: how many, and whether they
+    were cut or read in windows (`report`: a `long_inputs.LongReport` or its `as_dict()`)."""
+    from bertkit.long_inputs import LongReport
+
+    report = LongReport.from_dict(report) if isinstance(report, dict) else report
+    line = report.note(what)
+    if line:
+        print(f"bertkit {command}: note: {line}", file=sys.stderr, flush=True)
 
 
 def _usage() -> str:

@@ -167,6 +167,50 @@ def json_object(text: str) -> dict:
     return value
 
 
+# ---- long inputs (bertkit.long_inputs) ----
+def add_long_inputs(parser, default: str = "truncate", aggregate: bool = False, chunks: bool = False) -> None:
+    """`--long-inputs truncate|windows` and `--window-stride N` (with `--aggregate mean|max` for
+    classification, `--best-chunk` for retrieval): the one policy for inputs longer than the limit."""
+    a = parser.add_argument
+    a("--long-inputs", choices=("truncate", "windows"), default=None,
+      help=f"an input longer than the token limit: cut to it (truncate) or read whole in overlapping windows "
+           f"(windows); either way a note on stderr and the result say how many (default: {default})")
+    a("--window-stride", type=positive_int, default=None, metavar="N",
+      help="--long-inputs windows: tokens between the starts of consecutive windows, at most a window "
+           "(default: half a window)")
+    if aggregate:
+        a("--aggregate", choices=("mean", "max"), default=None,
+          help="--long-inputs windows, classification and regression: a document's logits are its windows' "
+               "mean or maximum (default: mean, or as the model was fine-tuned)")
+    if chunks:
+        a("--best-chunk", action="store_true",
+          help="one vector per window (chunk) of each document, with its id; a document scores as its best chunk "
+               "(implies --long-inputs windows; without it, a document's chunks are pooled into one vector)")
+
+
+def check_long_inputs(args, saved_may_window: bool = False) -> None:
+    """The window flags need windows: `--long-inputs windows`, or (evaluate) a model fine-tuned
+    with them (`saved_may_window` while --long-inputs is not given)."""
+    if getattr(args, "best_chunk", False):
+        if args.long_inputs == "truncate":
+            raise UserError("--best-chunk reads documents in windows: not with --long-inputs truncate")
+        args.long_inputs = "windows"
+    if args.long_inputs == "windows" or (saved_may_window and args.long_inputs is None):
+        return
+    for flag in ("window_stride", "aggregate"):
+        if getattr(args, flag, None) is not None:
+            raise UserError(f"--{flag.replace('_', '-')} applies to --long-inputs windows")
+
+
+def long_policy(args, default=None):
+    """The `long_inputs.Policy` the flags ask for, over `default` (a model's saved one)."""
+    from bertkit.long_inputs import Policy
+
+    default = default or Policy()
+    return Policy(args.long_inputs or default.name, args.window_stride or default.stride,
+                  getattr(args, "aggregate", None) or default.aggregate)
+
+
 # ---- outputs ----
 def add_precision(parser, default: str = "auto", why: str = "") -> None:
     """`--precision auto|fp32|bf16`, the inference commands' one flag (`devices.resolve_precision`)."""

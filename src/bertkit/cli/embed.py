@@ -2,7 +2,9 @@
 
 Row i of the array is line i of the input. Blank lines are refused (with their file:line)
 rather than skipped, so row numbers and line numbers can never drift apart. Lines longer than
---max-length tokens are cut, and one note on stderr says how many were. Without --pooling, the
+--max-length tokens are cut, or with --long-inputs windows read whole in overlapping chunks whose
+vectors are averaged by their token counts (then normalised when the vectors are); one note on
+stderr says how many and what was done (`bertkit.long_inputs`). Without --pooling, the
 directory's sentence-transformers files choose the pooling and the normalisation (as `serve`
 reads them); a directory without them needs --pooling.
 """
@@ -11,16 +13,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.cli import note_cut
+from bertkit.cli import note_long
 from bertkit.cli.args import (
+    add_long_inputs,
     add_overwrite,
     add_precision,
+    check_long_inputs,
     check_output_file,
     check_precision,
     comma_ints,
     device_name,
     existing_file,
     int_between,
+    long_policy,
     model_dir,
     positive_int,
 )
@@ -41,7 +46,8 @@ def add_arguments(parser) -> None:
       help="scale every vector to unit length (without --pooling: also when the directory's modules end in Normalize)")
     a("--batch-size", type=positive_int, default=32, help="texts per forward pass")
     a("--max-length", type=int_between(3, 65535), default=512,
-      help="longest text in tokens (at most the model's positions); longer is cut")
+      help="longest text (or window) in tokens, at most the model's positions; longer is cut or read in windows")
+    add_long_inputs(parser)
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     a("--out", required=True, help="output .npy file, written atomically")
     add_overwrite(parser, "file")
@@ -56,6 +62,7 @@ def add_arguments(parser) -> None:
 def check(args) -> None:
     from bertkit.export import check_backend
 
+    check_long_inputs(args)
     check_output_file(args.out, "--out", args.overwrite)
     check_backend(args.model, args.backend)
     if args.pooling is None:
@@ -103,8 +110,8 @@ def run(args) -> int:
     report: dict = {}
     vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=args.layers, combine=args.combine,
                           normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
-                          device=device, report=report, precision=precision)
-    note_cut("embed", report["cut"], len(sentences), report["max_length"])
+                          device=device, report=report, precision=precision, policy=long_policy(args))
+    note_long("embed", report, "each text's chunk vectors averaged by their token counts")
     # np.save appends ".npy" to a bare name; through an open handle the name stays as given
     with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
         np.save(f, vectors)

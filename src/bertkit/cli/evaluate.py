@@ -12,6 +12,11 @@ pair's cosine similarity against the gold STS-B score (Pearson / Spearman x100),
 `--qrels`) with the model as a bi-encoder (pooled as its directory says) and, with `--bm25`,
 with BM25 too, and reports NDCG@10, MRR@10, Recall@10/100 and MAP@100 as
 sentence-transformers' InformationRetrievalEvaluator defines them (bertkit.eval.retrieval).
+
+Long inputs (`bertkit.long_inputs`) follow the model's finetune.json unless --long-inputs,
+--window-stride or --aggregate say otherwise: a classifier fine-tuned on windows is evaluated on
+windows with its aggregation. For retrieval, --long-inputs windows pools a long document's
+chunk vectors, and --best-chunk scores it by its best chunk. The JSON says what happened.
 """
 
 from __future__ import annotations
@@ -20,15 +25,18 @@ import json
 import sys
 from pathlib import Path
 
-from bertkit.cli import note_cut
+from bertkit.cli import note_long
 from bertkit.cli.args import (
+    add_long_inputs,
     add_overwrite,
     add_precision,
+    check_long_inputs,
     check_output_file,
     check_precision,
     device_name,
     existing_file,
     int_between,
+    long_policy,
     model_dir,
     positive_int,
 )
@@ -66,6 +74,7 @@ def add_arguments(parser) -> None:
     a("--corpus", type=existing_file, help="retrieval: BEIR corpus.jsonl")
     a("--qrels", type=existing_file, help="retrieval: BEIR qrels TSV (query-id, corpus-id, score)")
     a("--bm25", action="store_true", help="retrieval: rank with BM25 (bm25s) too, as a baseline")
+    add_long_inputs(parser, "as the model was fine-tuned, else truncate", aggregate=True, chunks=True)
 
 
 _RETRIEVAL_ONLY = ("queries", "corpus", "qrels", "bm25")
@@ -82,6 +91,9 @@ def _check_retrieval(args) -> None:
             raise UserError(f"--{flag.replace('_', '-')} does not apply to --task retrieval")
     if args.zero_shot:
         raise UserError("--zero-shot does not apply to --task retrieval")
+    if args.aggregate:
+        raise UserError("--aggregate applies to classification and regression tasks (retrieval: --best-chunk)")
+    check_long_inputs(args)
     if args.model:
         _check_backend(args)
 
@@ -101,6 +113,9 @@ def check(args) -> None:
     for flag in _RETRIEVAL_ONLY:
         if getattr(args, flag):
             raise UserError(f"--{flag} applies to --task retrieval only")
+    if args.best_chunk:
+        raise UserError("--best-chunk applies to --task retrieval only")
+    _check_task_long_inputs(args)
     if args.model is None:
         raise UserError("--model is required")
     if args.data is None:
@@ -112,6 +127,20 @@ def check(args) -> None:
         check_output_file(args.out, "--out", args.overwrite)
 
 
+def _check_task_long_inputs(args) -> None:
+    """The window flags with a task that reads windows (its `TaskKind.options`), or --zero-shot."""
+    from bertkit.finetune.registry import TASKS
+
+    options = ("long_inputs", "window_stride") if args.zero_shot else TASKS[args.task].options
+    for flag in ("long_inputs", "window_stride", "aggregate"):
+        if getattr(args, flag) is not None and flag not in options:
+            owners = "classification, regression and ner tasks" if flag != "aggregate" else \
+                "classification and regression tasks"
+            raise UserError(f"--{flag.replace('_', '-')} applies to {owners}" +
+                            (" (and --zero-shot)" if flag != "aggregate" else ""))
+    check_long_inputs(args, saved_may_window=not args.zero_shot)
+
+
 def _run_retrieval(args, rt) -> dict:
     from bertkit.data.beir import read_corpus, read_qrels, read_queries
     from bertkit.search.encoder import Encoder
@@ -121,20 +150,63 @@ def _run_retrieval(args, rt) -> dict:
     encoder = None
     if args.model:
         encoder = Encoder.load(args.model, args.pooling, args.max_seq_len, args.batch_size, rt.device,
-                               backend=args.backend, int8=args.int8, precision=rt.precision)
-    report = evaluate_retrieval(queries, corpus, qrels, encoder, args.bm25)
+                               backend=args.backend, int8=args.int8, precision=rt.precision, policy=long_policy(args))
+    report = evaluate_retrieval(queries, corpus, qrels, encoder, args.bm25, chunks=args.best_chunk)
     if "dense" in report["results"]:
-        note_cut("evaluate", report["results"]["dense"]["cut"], report["queries"] + report["documents"],
-                 report["results"]["dense"]["max_length"])
+        for what, long in report["results"]["dense"]["long_inputs_report"].items():
+            note_long("evaluate", long, f"{what}: " + ("one vector per chunk, a document scored by its best"
+                                                       if args.best_chunk and what == "documents" else "chunks pooled"))
     return {"task": "retrieval", "queries_file": str(args.queries), "corpus": str(args.corpus),
             "qrels": str(args.qrels), **report}
+
+
+def _run_zero_shot(args, rt, columns) -> dict:
+    from bertkit.eval.sts import read_scored_pairs, zero_shot_similarity
+
+    examples, spec = read_scored_pairs(args.task, args.data, columns, args.label_column)
+    long: dict = {}
+    metrics = zero_shot_similarity(args.model, examples, spec, args.pooling or "mean", args.batch_size,
+                                   args.max_seq_len or 128, rt.device, report=long, backend=args.backend,
+                                   int8=args.int8, precision=rt.precision, policy=long_policy(args))
+    note_long("evaluate", long, "each text's chunk vectors averaged by their token counts")
+    return {"task": args.task, "model": str(args.model), "data": str(args.data), "zero_shot": True,
+            "pooling": args.pooling or "mean", "examples": len(examples), "backend": args.backend,
+            "int8": args.int8, "precision": rt.precision, **metrics,
+            "long_inputs": {k: v for k, v in long.items() if k not in ("cut", "max_length")}}
+
+
+def _run_task(args, rt, columns) -> dict:
+    from bertkit.finetune.registry import task_for_model
+    from bertkit.finetune.run import evaluate_saved
+
+    policy = {"long_inputs": args.long_inputs, "window_stride": args.window_stride, "aggregate": args.aggregate}
+    task = task_for_model(args.task, Path(args.model), rt, args.max_seq_len, columns, args.label_column, policy)
+    if not task.policy.windows and (args.window_stride or args.aggregate):
+        raise UserError("--window-stride and --aggregate apply to windows, and this model was fine-tuned with "
+                        "truncation: add --long-inputs windows")
+    metrics, data, predictions = evaluate_saved(task, Path(args.model), args.data, rt, int8=args.int8,
+                                                backend=args.backend)
+    long = {}
+    if data.long_inputs is not None:
+        long = {**data.long_inputs.as_dict(), **task.settings()}
+        long = {k: long[k] for k in (*data.long_inputs.as_dict(), "long_inputs", "window_stride", "aggregate")
+                if k in long}
+        note_long("evaluate", data.long_inputs, "tagged from the window where each token has the most context"
+                  if args.task == "ner" else f"the windows' logits aggregated by their {task.policy.aggregate}")
+    elif data.cut:
+        note_long("evaluate", {"policy": "truncate", "limit": task.max_seq_len, "inputs": len(data.features),
+                               "long": data.cut})
+    if args.out:
+        task.write_predictions(Path(args.out), data, predictions)
+    return {"task": args.task, "model": str(args.model), "data": str(args.data),
+            "examples": len(data.examples), "backend": args.backend, "int8": args.int8,
+            "precision": rt.precision, **metrics, **({"long_inputs": long} if long else {})}
 
 
 def run(args) -> int:
     from bertkit.devices import inference_precision, resolve_device
     from bertkit.finetune.task import Runtime
 
-    model_dir = Path(args.model) if args.model else None
     device = resolve_device("cpu" if args.backend == "onnx" else args.device)
     if args.int8 and device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")
@@ -143,30 +215,9 @@ def run(args) -> int:
     if args.task == "retrieval":
         report = _run_retrieval(args, rt)
     elif args.zero_shot:
-        from bertkit.eval.sts import read_scored_pairs, zero_shot_similarity
-
-        examples, spec = read_scored_pairs(args.task, args.data, columns, args.label_column)
-        cut: dict = {}
-        metrics = zero_shot_similarity(model_dir, examples, spec, args.pooling or "mean", args.batch_size,
-                                       args.max_seq_len or 128, rt.device, report=cut, backend=args.backend,
-                                       int8=args.int8, precision=rt.precision)
-        note_cut("evaluate", cut["cut"], 2 * len(examples), cut["max_length"])
-        report = {"task": args.task, "model": str(model_dir), "data": str(args.data), "zero_shot": True,
-                  "pooling": args.pooling or "mean", "examples": len(examples), "backend": args.backend,
-                  "int8": args.int8, "precision": rt.precision, **metrics}
+        report = _run_zero_shot(args, rt, columns)
     else:
-        from bertkit.finetune.registry import task_for_model
-        from bertkit.finetune.run import evaluate_saved
-
-        task = task_for_model(args.task, model_dir, rt, args.max_seq_len, columns, args.label_column)
-        metrics, data, predictions = evaluate_saved(task, model_dir, args.data, rt, int8=args.int8,
-                                                    backend=args.backend)
-        note_cut("evaluate", data.cut, len(data.features), task.max_seq_len)
-        if args.out:
-            task.write_predictions(Path(args.out), data, predictions)
-        report = {"task": args.task, "model": str(model_dir), "data": str(args.data),
-                  "examples": len(data.examples), "backend": args.backend, "int8": args.int8,
-                  "precision": rt.precision, **metrics}
+        report = _run_task(args, rt, columns)
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0

@@ -8,9 +8,12 @@ allow_pickle=False) holding
 - `offsets` (S+1,) int64: sentence i's tokens are rows offsets[i]:offsets[i+1];
 - `tokens` (N,) str: the WordPiece tokens;
 - `layers` (k,) int64 and `combine` (a 0-d str): how the features were made.
+- `windows` (S,) int64: the windows each sentence was read in (1 unless --long-inputs windows).
 Layer numbers index the hidden states: 0 is the embedding output, 1..L the layers, -1 the last.
-Sentences longer than --max-length tokens are cut (one note on stderr says how many). The file
-is written atomically.
+Sentences longer than --max-length tokens are cut, or with --long-inputs windows read whole:
+each token's vector from the window where it has the most context, [CLS] from the first window
+and [SEP] from the last (the token embeddings late chunking pools); one note on stderr says how
+many. The file is written atomically.
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bertkit.cli import note_cut
+from bertkit.cli import note_long
 from bertkit.cli.args import (
+    add_long_inputs,
     add_overwrite,
+    check_long_inputs,
     check_output_file,
     comma_ints,
     device_name,
     existing_file,
     int_between,
+    long_policy,
     model_dir,
     positive_int,
 )
@@ -42,12 +48,15 @@ def add_arguments(parser) -> None:
       help="comma-separated hidden-state indices (0 embeddings, -1 last layer)")
     a("--combine", choices=("concat", "sum"), default="concat", help="layers side by side, or their sum")
     a("--max-length", type=int_between(2, 512), default=128,
-      help="tokens per sentence, [CLS]/[SEP] included (at most the model's positions); longer is cut")
+      help="tokens per sentence (or window), [CLS]/[SEP] included, at most the model's positions; longer is cut "
+           "or read in windows")
+    add_long_inputs(parser)
     a("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
 
 
 def check(args) -> None:
+    check_long_inputs(args)
     if Path(args.out).suffix != ".npz":
         raise UserError("output must end in .npz", args.out)
     check_output_file(args.out, "--out", args.overwrite)
@@ -69,11 +78,12 @@ def run(args) -> int:
     t0 = time.time()
     report: dict = {}
     features, offsets, tokens = token_features(model, tokenizer, sentences, args.layers, args.combine, args.max_length,
-                                               args.batch_size, device, report=report)
-    note_cut("features", report["cut"], len(sentences), report["max_length"])
+                                               args.batch_size, device, report=report, policy=long_policy(args))
+    note_long("features", report, "each token's vector from the window where it has the most context")
     with atomic_path(args.out) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
         np.savez(f, features=features, offsets=offsets, tokens=np.asarray(tokens, dtype=np.str_),
-                 layers=np.asarray(args.layers, dtype=np.int64), combine=np.asarray(args.combine))
+                 layers=np.asarray(args.layers, dtype=np.int64), combine=np.asarray(args.combine),
+                 windows=np.asarray(report["windows_per_input"], dtype=np.int64))
     print(f"{len(sentences)} sentences, {features.shape[0]} tokens x {features.shape[1]} features "
           f"(layers {','.join(map(str, args.layers))}, {args.combine}) in {time.time() - t0:.1f}s -> {args.out}")
     return 0

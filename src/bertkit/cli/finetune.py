@@ -19,7 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.cli.args import (
+    add_long_inputs,
     add_overwrite,
+    check_long_inputs,
     check_output_dir,
     comma_ints,
     device_name,
@@ -53,7 +55,8 @@ def add_arguments(parser) -> None:
     a("--lr", type=positive_float, default=None,
       help="peak learning rate (default 2e-5; 1e-3 for the --feature-based tagger)")
     a("--batch-size", type=positive_int, default=32, help="training examples per step")
-    a("--max-seq-len", type=int_between(8, 512), default=None, help="tokens per input (default 128; squad 384)")
+    a("--max-seq-len", type=int_between(8, 512), default=None,
+      help="tokens per input, or per window with --long-inputs windows (default 128; squad 384)")
     a("--warmup", type=nonnegative_float, default=0.1, help="warm-up: below 1 a fraction of the steps, else steps")
     a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
     a("--max-grad-norm", type=nonnegative_float, default=1.0,
@@ -83,6 +86,7 @@ def add_arguments(parser) -> None:
     a("--group-by-length", action="store_true",
       help="batch inputs of similar length together (less padding; faster on CPU)")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    add_long_inputs(parser, aggregate=True)
     _add_pair_arguments(parser)
 
 
@@ -125,6 +129,10 @@ def check(args) -> None:
         raise UserError("--classifier-dropout applies to the classification and tagging heads "
                         "(not squad's span head, embedding or --feature-based)")
     _check_task_options(args)
+    check_long_inputs(args)
+    if args.feature_based and args.long_inputs == "windows":
+        raise UserError("--long-inputs windows applies to fine-tuning; the --feature-based tagger reads sentences "
+                        "cut to --max-seq-len")
     if args.split_articles is not None and args.task != "squad":
         raise UserError("--split-articles applies to --task squad only")
     if args.dev is None and args.split_articles is None:

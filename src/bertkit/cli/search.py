@@ -2,8 +2,10 @@
 
 The query is embedded with the index's own model and pooling, scored against the stored vectors
 (exactly, or through the index's HNSW graph and then exactly on its candidates), and the top k
-printed with their ids and cosine scores. `--rerank DIR` rescores the top `--candidates` hits
-with a one-label cross-encoder and prints its top k instead.
+printed with their ids and cosine scores; an index built with --best-chunk scores each passage by its
+best chunk. `--rerank DIR` rescores the top `--candidates` hits with a one-label cross-encoder and
+prints its top k instead. A query longer than the index's token limit meets the index's
+long-input policy, with a note on stderr.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ def _print(query: str, hits: list[dict]) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from bertkit.cli import note_long
     from bertkit.devices import resolve_device
+    from bertkit.long_inputs import Policy
     from bertkit.search.encoder import Encoder
     from bertkit.search.index import SearchIndex, read_meta
 
@@ -59,7 +63,8 @@ def run(args) -> int:
     if not Path(model).is_dir():
         raise UserError(f"the index's model {model} is gone; pass --model DIR", Path(args.index) / "meta.json")
     device = resolve_device(args.device)
-    encoder = Encoder.load(model, meta["pooling"], meta["max_length"], device=device)
+    encoder = Encoder.load(model, meta["pooling"], meta["max_length"], device=device,
+                           policy=Policy.from_settings(meta))
     reranker = None
     if args.rerank:
         from bertkit.search.rerank import Reranker
@@ -67,7 +72,9 @@ def run(args) -> int:
         reranker = Reranker(args.rerank, args.batch_size, device=device)
     index = SearchIndex(args.index)
     first = args.candidates if reranker else args.k
-    positions, scores = index.search(encoder.encode(args.query), first, exact=args.exact)
+    report: dict = {}
+    positions, scores = index.search(encoder.encode(args.query, report=report), first, exact=args.exact)
+    note_long("search", report, "each query's chunk vectors averaged")
     results = []
     for i, query in enumerate(args.query):
         hits = index.hits(positions[i], scores[i])

@@ -69,6 +69,12 @@ def add_arguments(parser) -> None:
     a("--max-body-bytes", type=int_at_least(1024), default=d.max_body_bytes, help="request body size (more: 413)")
     a("--max-input-chars", type=positive_int, default=d.max_input_chars,
       help="characters in one text, checked before tokenizing (more: 422)")
+    a("--long-inputs", choices=("refuse", "truncate", "windows"), default=d.long_inputs,
+      help="a text over the model's tokens when the request says neither \"truncate\" nor \"long_inputs\": 422 "
+           "naming the limit (refuse, as TEI), cut it, or read it whole in windows; OpenAI's routes never refuse "
+           "(windows unless truncate)")
+    a("--max-windows", type=positive_int, default=d.max_windows,
+      help="windows one request's texts may make when read in windows (more: 413)")
     a("--body-timeout", type=positive_float, default=d.body_timeout,
       help="seconds to receive a request's whole body (slower: 408)")
     a("--header-timeout", type=positive_float, default=d.header_timeout,
@@ -118,7 +124,8 @@ def run(args) -> int:
     precision = inference_precision(args.precision, device, args.int8, args.backend)
     specs = [describe(name, folder, args.backend, args.int8, precision) for name, folder in args.model]
     limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
-                    args.max_input_chars, args.body_timeout, args.header_timeout, args.openai_encoding)
+                    args.max_input_chars, args.body_timeout, args.header_timeout, args.openai_encoding,
+                    args.long_inputs, args.max_windows)
     device = str(device)
     service = Service(specs, limits, args.backend, device)
     sock = listen(args.host, args.port)

@@ -20,6 +20,7 @@ from pathlib import Path
 from bertkit.config import IGNORE_INDEX
 from bertkit.errors import UserError
 from bertkit.io import read_lines
+from bertkit.long_inputs import Plan, Policy
 
 
 @dataclass
@@ -97,6 +98,14 @@ def align_labels(word_ids: list[int | None], word_labels: list[int]) -> list[int
     return labels
 
 
+def _check_tags(sentences: list[Sentence], label2id: dict[str, int]) -> None:
+    for number, sentence in enumerate(sentences):
+        unknown = [t for t in sentence.tags if t not in label2id]
+        if unknown:
+            raise UserError(f"sentence {number + 1} has tag {unknown[0]!r}, unknown to the model "
+                            f"(knows {', '.join(label2id)})")
+
+
 def encode_sentences(tokenizer, sentences: list[Sentence], label2id: dict[str, int],
                      max_length: int) -> list[dict]:
     """Encode sentences for token classification.
@@ -104,12 +113,9 @@ def encode_sentences(tokenizer, sentences: list[Sentence], label2id: dict[str, i
     Each item holds input_ids, token_type_ids, attention_mask (unpadded lists), labels (aligned
     as above) and word_ids (to map predictions back with `word_predictions`).
     """
+    _check_tags(sentences, label2id)
     items = []
-    for number, sentence in enumerate(sentences):
-        unknown = [t for t in sentence.tags if t not in label2id]
-        if unknown:
-            raise UserError(f"sentence {number + 1} has tag {unknown[0]!r}, unknown to the model "
-                            f"(knows {', '.join(label2id)})")
+    for sentence in sentences:
         encoding = tokenizer.encode_words(sentence.tokens, max_length=max_length)
         word_labels = [label2id[t] for t in sentence.tags]
         items.append({
@@ -132,4 +138,54 @@ def word_predictions(word_ids: list[int | None], token_predictions, n_words: int
         if word is not None and word not in seen:
             seen.add(word)
             tags[word] = id2label[int(prediction)]
+    return tags
+
+
+@dataclass
+class Windowed:
+    """Sentences (or whole documents) as the rows of a `long_inputs.Plan`: the model's features,
+    and what maps the rows' predictions back to words."""
+
+    features: list[dict]  # input_ids, token_type_ids, labels (unpadded), one per row
+    plan: Plan
+    word_ids: list[list[int | None]]  # per sentence, the word of each content token
+
+    def row_words(self, r: int) -> list[int | None]:
+        """The word of each token of row r, None for [CLS], [SEP] and a pair's first segment."""
+        plan = self.plan
+        i, a, b = int(plan.owner[r]), int(plan.start[r]), int(plan.stop[r])
+        return [None] * plan.offset(r) + list(self.word_ids[i][a:b]) + [None]
+
+
+def encode_windows(tokenizer, sentences: list[Sentence], label2id: dict[str, int], max_length: int,
+                   policy: Policy) -> Windowed:
+    """Features of sentences under a long-input policy: each cut to `max_length` tokens
+    ("truncate": the same rows as `encode_sentences`), or read whole in windows. A word's label sits
+    on its first piece in every window that holds that piece; a window that starts inside a word
+    leaves its later pieces unlabelled, as everywhere else."""
+    _check_tags(sentences, label2id)
+    encodings = [tokenizer.encode_words(s.tokens) for s in sentences]
+    word_ids = [e.word_ids[1:-1] for e in encodings]
+    plan = Plan([e.ids[1:-1] for e in encodings], max_length, tokenizer, stride=policy.stride,
+                first_only=not policy.windows)
+    features = []
+    for r in range(len(plan)):
+        i, a, b = int(plan.owner[r]), int(plan.start[r]), int(plan.stop[r])
+        words, tags = word_ids[i], sentences[i].tags
+        labels = [label2id[tags[words[t]]] if words[t] is not None and (t == 0 or words[t - 1] != words[t])
+                  else IGNORE_INDEX for t in range(a, b)]
+        ids, types = plan.row(r)
+        features.append({"input_ids": ids, "token_type_ids": types, "labels": [IGNORE_INDEX, *labels, IGNORE_INDEX]})
+    return Windowed(features, plan, word_ids)
+
+
+def window_word_predictions(windowed: Windowed, row_predictions: list, n_words: list[int],
+                            id2label: dict[int, str]) -> list[list[str]]:
+    """A tag per word of each sentence from each row's (T,) predicted ids: each token's from the
+    row where it has the most context, then each word's from its first piece."""
+    plan = windowed.plan
+    tags = []
+    for i, n in enumerate(n_words):
+        tokens = plan.gather(i, row_predictions)[1:-1]  # (covered,) content tokens
+        tags.append(word_predictions(windowed.word_ids[i][: len(tokens)], tokens.tolist(), n, id2label))
     return tags

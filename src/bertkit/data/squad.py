@@ -9,7 +9,8 @@ with its first and last token; otherwise the window's label is [CLS] (position 0
 The context is tokenized on its own, so every context token keeps its character span in the
 ORIGINAL context: an answer is sliced from the original string, keeping its spacing, case and
 accents even when the vocabulary is uncased. Within one example, each token is only a candidate
-start in the window where it has the most context on both sides ("max context", as BERT does).
+start in the window where it has the most context on both sides ("max context", as BERT does;
+the window arithmetic is `bertkit.long_inputs`, which every other long input uses too).
 
 Windows stay unpadded lists until a batch is collated. Decoding the predicted spans back to
 answer text is in `bertkit.eval.squad`. Only the dev file exists offline, so `split_articles`
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.long_inputs import max_context_window, window_starts
 
 
 @dataclass
@@ -109,15 +111,6 @@ def split_articles(examples: list[SquadExample], k: int, seed: int = 0) -> tuple
     return train, dev
 
 
-def _window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
-    # A stride longer than the window would skip tokens, so step by at most the window.
-    step = min(stride, window)
-    starts = [0]
-    while starts[-1] + window < n_tokens:
-        starts.append(starts[-1] + step)
-    return starts
-
-
 def _answer_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
     """First and last context token overlapping characters [start, end); None if none do."""
     inside = [i for i, (a, b) in enumerate(offsets) if a < end and b > start]
@@ -161,8 +154,8 @@ def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_se
     if example.answers:
         text, char_start = example.answers[0]
         answer = _answer_tokens(c_offsets, char_start, char_start + len(text))
-    starts = _window_starts(len(c_ids), window, doc_stride)
-    best_window = _max_context_window(starts, window, len(c_ids))
+    starts = window_starts(len(c_ids), window, doc_stride)
+    best_window = max_context_window(starts, window, len(c_ids))
     prefix = 2 + len(q_ids)  # [CLS] question [SEP]
     for w, start in enumerate(starts):
         stop = min(start + window, len(c_ids))
@@ -177,17 +170,3 @@ def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_se
             "start": s,
             "end": e,
         }
-
-
-def _max_context_window(starts: list[int], window: int, n_tokens: int) -> np.ndarray:
-    """For each context token, the window where it has the most context (BERT's rule).
-
-    A token's score in a window is min(tokens left of it, tokens right of it) + 0.01 * window
-    length; ties go to the earlier window.
-    """
-    token = np.arange(n_tokens)[None, :]  # (1, N)
-    start = np.asarray(starts)[:, None]  # (W, 1)
-    stop = np.minimum(start + window, n_tokens)
-    score = np.minimum(token - start, stop - 1 - token) + 0.01 * (stop - start)
-    score = np.where((token >= start) & (token < stop), score, -np.inf)  # (W, N)
-    return np.argmax(score, axis=0) if n_tokens else np.zeros(0, dtype=np.int64)

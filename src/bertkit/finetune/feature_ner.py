@@ -56,6 +56,9 @@ class FeatureTaggerTask(TokenTask):
     def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None,
                       rt: Runtime | None = None) -> FeatureTaggerTask:
         """The encoder in `model_dir` (run on `rt` while preparing) with `layers` combined by `combine`."""
+        if settings.get("long_inputs") == "windows":
+            raise UserError("the feature-based tagger reads sentences cut to --max-seq-len: --long-inputs windows "
+                            "applies to a fine-tuned tagger")
         return cls(settings.get("labels"), tokenizer, settings.get("max_seq_len") or 128, model_dir, rt,
                    tuple(settings.get("layers") or DEFAULT_LAYERS), settings.get("combine") or "concat")
 
@@ -74,7 +77,8 @@ class FeatureTaggerTask(TokenTask):
         """One feature row per word that has a first piece (not cut off, not empty)."""
         tokens = super().prepare(sentences, train)
         vectors = self._word_features(tokens)
-        words = [sorted({w for w in ids if w is not None}) for ids in tokens.decoding]
+        rows = [tokens.decoding.row_words(i) for i in range(len(tokens.features))]  # one row per sentence
+        words = [sorted({w for w in ids if w is not None}) for ids in rows]
         features = []
         for s, x, kept in zip(sentences, vectors, words):
             f = {"features": x}
@@ -94,7 +98,7 @@ class FeatureTaggerTask(TokenTask):
                                   output_hidden_states=True):
             h = select_layers(enc.hidden_states, self.layers, self.combine)  # (B, T, in_dim)
             for row, i in zip(h, indices):
-                ids = tokens.decoding[i]
+                ids = tokens.decoding.row_words(i)
                 first = [t for t, w in enumerate(ids) if w is not None and (t == 0 or ids[t - 1] != w)]
                 out[i] = row[first].to("cpu", torch.bfloat16)
         return out

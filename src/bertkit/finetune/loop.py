@@ -241,7 +241,7 @@ def _train_and_save(task: Task, model_dir: Path, train: Prepared, dev: Prepared,
         del model
     results = {
         "task": task.name,
-        **{k: run_info[k] for k in ("model", "train", "dev") if k in run_info},
+        **{k: run_info[k] for k in ("model", "train", "dev", "long_inputs_report") if k in run_info},
         "main_metric": task.main_metric,
         "n_train": len(train.examples),
         "n_dev": len(dev.examples),

@@ -1,7 +1,10 @@
 """NER by fine-tuning (paper §5.3): each word's first sub-token -> linear over the tags.
 
 Only first pieces carry labels (the others, [CLS] and [SEP] get IGNORE_INDEX); a word's tag is
-read back from its first piece (`bertkit.data.ner`), and scored as conlleval does.
+read back from its first piece (`bertkit.data.ner`), and scored as conlleval does. A sentence (or
+a whole document) longer than `max_seq_len` is cut, or with the windows policy read in
+overlapping windows, each token tagged from the window where it has the most context
+(`bertkit.long_inputs`), so an entity across a window's edge comes out whole.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.finetune.task import HeadTask, Prepared, Runtime, infer
 from bertkit.heads import BertForTokenClassification
+from bertkit.long_inputs import Policy
 
 
 class TokenTask(HeadTask):
@@ -21,14 +25,15 @@ class TokenTask(HeadTask):
     main_metric = "f1"
     name = "ner"
 
-    def __init__(self, labels: list[str] | None, tokenizer, max_seq_len: int):
-        self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
+    def __init__(self, labels: list[str] | None, tokenizer, max_seq_len: int, policy: Policy | None = None):
+        self.tokenizer, self.max_seq_len, self.policy = tokenizer, max_seq_len, policy or Policy()
         self._set_labels(list(labels or ()))
 
     @classmethod
     def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> TokenTask:
         """The tags given (a fine-tuned model's), else the training set's (`fit_labels`)."""
-        task = cls(settings.get("labels"), tokenizer, settings.get("max_seq_len") or 128)
+        task = cls(settings.get("labels"), tokenizer, settings.get("max_seq_len") or 128,
+                   Policy.from_settings(settings))
         task.classifier_dropout = settings.get("classifier_dropout")
         return task
 
@@ -43,7 +48,8 @@ class TokenTask(HeadTask):
             self._set_labels(tag_list(sentences))
 
     def settings(self) -> dict:
-        return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels}
+        policy = {k: v for k, v in self.policy.settings().items() if k != "aggregate"}  # tags are per token
+        return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **policy}
 
     def read(self, path):
         from bertkit.data.ner import read_conll
@@ -51,8 +57,8 @@ class TokenTask(HeadTask):
         return read_conll(path)
 
     def prepare(self, sentences, train: bool = False) -> Prepared:
-        """Features of input ids and first-piece labels; `decoding` holds each one's word ids."""
-        from bertkit.data.ner import Sentence, encode_sentences
+        """A feature per row (a sentence, or a window of one); `decoding` maps rows back to words."""
+        from bertkit.data.ner import Sentence, encode_windows
 
         if not sentences:
             raise UserError("no sentences to encode")
@@ -61,20 +67,20 @@ class TokenTask(HeadTask):
             sentences_to_encode = [Sentence(s.tokens, [self.labels[0]] * len(s.tokens)) for s in sentences]
         else:
             sentences_to_encode = sentences
-        encoded = encode_sentences(self.tokenizer, sentences_to_encode, self.label2id, self.max_seq_len)
-        features = [{k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask", "labels")} for f in encoded]
-        return Prepared(sentences, features, [len(f["input_ids"]) for f in features],
-                        decoding=[f["word_ids"] for f in encoded], cut=sum(f["truncated"] for f in encoded))
+        windowed = encode_windows(self.tokenizer, sentences_to_encode, self.label2id, self.max_seq_len, self.policy)
+        report = windowed.plan.report(self.policy.name)
+        return Prepared(sentences, windowed.features, windowed.plan.lengths.tolist(), decoding=windowed,
+                        cut=0 if self.policy.windows else report.long, long_inputs=report)
 
     def predict(self, model, data: Prepared, rt: Runtime) -> list[list[str]]:
-        from bertkit.data.ner import word_predictions
+        from bertkit.data.ner import window_word_predictions
 
-        id2label = dict(enumerate(self.labels))
-        out: list = [None] * len(data.features)
+        rows: list = [None] * len(data.features)
         for indices, o in infer(model, self.collate, data, rt):
-            for i, row in zip(indices, o.logits.argmax(-1).tolist()):  # (B, T) label ids
-                out[i] = word_predictions(data.decoding[i], row, len(data.examples[i].tokens), id2label)
-        return out
+            for i, row in zip(indices, o.logits.argmax(-1).cpu().numpy()):  # (B, T) label ids
+                rows[i] = row
+        return window_word_predictions(data.decoding, rows, [len(s.tokens) for s in data.examples],
+                                       dict(enumerate(self.labels)))
 
     def score(self, data: Prepared, predictions: list[list[str]]) -> dict:
         from bertkit.eval.conlleval import evaluate

@@ -38,13 +38,15 @@ class TaskKind:
 
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli")
-_SEQUENCE = TaskKind("bertkit.finetune.sequence:SequenceTask")  # classify / regress read --text-columns, --label-column
+# classify / regress also read --text-columns, --label-column; both kinds read long inputs in windows
+_SEQUENCE = TaskKind("bertkit.finetune.sequence:SequenceTask", ("long_inputs", "window_stride", "aggregate"))
 TASKS: dict[str, TaskKind] = {
     **dict.fromkeys(GLUE_TASKS, _SEQUENCE),
     "classify": _SEQUENCE,
     "regress": _SEQUENCE,
     "squad": TaskKind("bertkit.finetune.squad:QATask"),
-    "ner": TaskKind("bertkit.finetune.ner:TokenTask", feature_based="bertkit.finetune.feature_ner:FeatureTaggerTask"),
+    "ner": TaskKind("bertkit.finetune.ner:TokenTask", ("long_inputs", "window_stride"),
+                    feature_based="bertkit.finetune.feature_ner:FeatureTaggerTask"),
     "embedding": TaskKind("bertkit.finetune.embedding:EmbeddingTask",
                           ("pooling", "normalize", "loss", "temperature", "symmetric", "grad_cache", "matryoshka_dims"),
                           losses=("contrastive", "cosent")),
@@ -79,10 +81,12 @@ def saved_settings(model_dir: Path) -> dict:
 
 
 def task_for_model(name: str, model_dir: Path, rt: Runtime, max_seq_len: int | None = None,
-                   text_columns: list[str] | None = None, label_column: str | None = None) -> Task:
-    """The task a fine-tuned model was trained for, with its labels, columns and sequence length;
-    arguments given here override the saved ones, and the directory's own labels (the class's
-    `model_settings`) override both."""
+                   text_columns: list[str] | None = None, label_column: str | None = None,
+                   long_inputs: dict | None = None) -> Task:
+    """The task a fine-tuned model was trained for, with its labels, columns, sequence length and
+    long-input policy ("long_inputs", "window_stride", "aggregate"); arguments given here (not
+    None) override the saved ones, and the directory's own labels (the class's `model_settings`)
+    override both."""
     from bertkit.hf import load_config
     from bertkit.tokenizer import Tokenizer
 
@@ -92,7 +96,8 @@ def task_for_model(name: str, model_dir: Path, rt: Runtime, max_seq_len: int | N
         raise UserError(f"model was fine-tuned for {saved['task']}, not {name}", model_dir)
     config = load_config(model_dir)
     tokenizer = Tokenizer.from_pretrained(model_dir)
-    given = {"max_seq_len": max_seq_len, "text_columns": text_columns, "label_column": label_column}
+    given = {"max_seq_len": max_seq_len, "text_columns": text_columns, "label_column": label_column,
+             **(long_inputs or {})}
     settings = {**saved, "task": name, **{k: v for k, v in given.items() if v}}
     cls = task_class(name, bool(settings.get("feature_based")))
     return cls.from_settings(tokenizer, {**settings, **cls.model_settings(model_dir, config)}, model_dir, rt)

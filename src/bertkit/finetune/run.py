@@ -80,11 +80,18 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     steps = -(-len(train.features) // hp.batch_size) * hp.epochs
     log(f"  encoded in {time.time() - t0:.1f}s: {len(train.features)} training features, "
         f"{steps} steps per seed x {len(hp.seeds)} seed(s), lr {hp.lr:g}, batch {hp.batch_size}")
-    if train.cut or dev.cut:
-        log(f"  note: {train.cut} training and {dev.cut} dev inputs were longer than {task.max_seq_len} tokens "
-            f"and were cut to them")
     run_info = {"model": str(model_dir), "train": job.train, "dev": job.dev,
                 "args": args if args is not None else _job_dict(job)}
+    if train.long_inputs is not None and dev.long_inputs is not None:
+        run_info["long_inputs_report"] = {**task.policy.settings(), "train": train.long_inputs.as_dict(),
+                                          "dev": dev.long_inputs.as_dict()}
+        how = {"training": "each window trained with its document's label", "dev": "predicted from all its windows"}
+        for name, data in (("training", train), ("dev", dev)):
+            if line := data.long_inputs.note(how[name]):
+                log(f"  note: {name}: {line}")
+    elif train.cut or dev.cut:
+        log(f"  note: {train.cut} training and {dev.cut} dev inputs were longer than {task.max_seq_len} tokens "
+            f"and were cut to them")
     return finetune(task, model_dir, train, dev, hp, rt, Path(job.out), tokenizer, run_info,
                     log=lambda line: log("  " + line), new_model=new_model)
 

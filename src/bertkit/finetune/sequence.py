@@ -1,7 +1,10 @@
 """Sentence (pair) classification and regression: the GLUE tasks and your own tables.
 
 The paper's output layer (§4.1): the pooled [CLS] vector -> linear over the labels, or one
-output trained with MSE for regression (STS-B).
+output trained with MSE for regression (STS-B). An input longer than `max_seq_len` is cut, or
+with the windows policy (`bertkit.long_inputs`) read in overlapping windows (a pair's first text
+carried by each): training sees each window with its document's label, and a prediction is the
+windows' logits averaged (or their maximum, `aggregate`), as the saved finetune.json says.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.finetune.task import HeadTask, Prepared, Runtime, infer
 from bertkit.heads import BertForSequenceClassification
+from bertkit.long_inputs import Plan, Policy, aggregate
 
 
 class SequenceTask(HeadTask):
@@ -42,6 +46,7 @@ class SequenceTask(HeadTask):
         else:
             task = cls(glue_task(name), lambda path: read_glue(name, path), tokenizer, seq_len)
         task.classifier_dropout = settings.get("classifier_dropout")
+        task.policy = Policy.from_settings(settings)
         return task
 
     @classmethod
@@ -81,7 +86,8 @@ class SequenceTask(HeadTask):
         return {"id2label": dict(enumerate(self.labels)), "problem_type": kind, **self.dropout_change()}
 
     def settings(self) -> dict:
-        return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **self.options}
+        return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **self.options,
+                **self.policy.settings()}
 
     def _target(self, example):
         if self.regression:
@@ -92,28 +98,55 @@ class SequenceTask(HeadTask):
         return self.label2id[label]
 
     def prepare(self, examples, train: bool = False) -> Prepared:
+        """A feature per row: an example cut to `max_seq_len`, or each window of it; `decoding`
+        holds the example of each row."""
+        import numpy as np
+
+        from bertkit.long_inputs import LongReport
+
         if not examples:
             raise UserError("no examples to encode")
-        pairs = [e.text_b or "" for e in examples] if self.spec.pair else None
-        encs = self.tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=self.max_seq_len)
-        features = [{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in encs]
+        if self.policy.windows:
+            rows, owner, report = self._windows(examples)
+        else:
+            pairs = [e.text_b or "" for e in examples] if self.spec.pair else None
+            encs = self.tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=self.max_seq_len)
+            rows, owner = [(e.ids, e.type_ids) for e in encs], np.arange(len(encs))
+            report = LongReport("truncate", self.max_seq_len, len(encs), sum(e.truncated for e in encs))
+        features = [{"input_ids": ids, "token_type_ids": types} for ids, types in rows]
         has_labels = all(e.label is not None for e in examples)
         if has_labels:
-            for f, e in zip(features, examples):
-                f["labels"] = self._target(e)
-        return Prepared(examples, features, [len(e.ids) for e in encs], has_labels,
-                        cut=sum(e.truncated for e in encs))
+            targets = [self._target(e) for e in examples]
+            for f, i in zip(features, owner.tolist()):
+                f["labels"] = targets[i]
+        return Prepared(examples, features, [len(ids) for ids, _ in rows], has_labels, decoding=owner,
+                        cut=0 if self.policy.windows else report.long, long_inputs=report)
+
+    def _windows(self, examples):
+        """(rows, the example of each row, report): windows over text_a, or over text_b with text_a
+        carried by each window of a pair."""
+        ids = self.tokenizer.encode_ids_batch
+        if self.spec.pair:
+            contents, prefixes = ids([e.text_b or "" for e in examples]), ids([e.text_a for e in examples])
+        else:
+            contents, prefixes = ids([e.text_a for e in examples]), None
+        plan = Plan(contents, self.max_seq_len, self.tokenizer, prefixes, self.policy.stride)
+        return [plan.row(r) for r in range(len(plan))], plan.owner, plan.report("windows")
 
     def predict(self, model, data: Prepared, rt: Runtime) -> list:
-        out: list = [None] * len(data.features)
+        """One prediction per example: its rows' logits aggregated (one row: its own)."""
+        import numpy as np
+
+        logits: list = [None] * len(data.features)
         for indices, o in infer(model, self.collate, data, rt):
-            logits = o.logits.float()
-            if self.regression:
-                values = logits.squeeze(-1).tolist()
-            else:
-                values = [self.labels[i] for i in logits.argmax(-1).tolist()]
-            for i, v in zip(indices, values):
-                out[i] = v
+            for i, row in zip(indices, o.logits.float().cpu().numpy()):
+                logits[i] = row
+        owner = data.decoding
+        bounds = np.searchsorted(owner, np.arange(len(data.examples) + 1))  # rows of an example are adjacent
+        out = []
+        for i in range(len(data.examples)):
+            values = aggregate(np.stack(logits[bounds[i]:bounds[i + 1]]), self.policy.aggregate)
+            out.append(float(values[0]) if self.regression else self.labels[int(values.argmax())])
         return out
 
     def score(self, data: Prepared, predictions: list) -> dict:

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from bertkit.data.batching import collate, to_device
 from bertkit.errors import UserError
+from bertkit.long_inputs import Policy
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Prepared:
     has_labels: bool = True
     decoding: Any = None  # what maps model outputs back to examples (SQuAD windows, NER word ids)
     cut: int = 0  # inputs longer than the task's max_seq_len, cut to it (SQuAD uses windows instead)
+    long_inputs: Any = None  # a `long_inputs.LongReport` where the task follows the long-input policy
 
 
 class Task(Protocol):
@@ -74,6 +76,7 @@ class Task(Protocol):
     prediction_suffix: str  # predictions file: ".tsv", ".conll", ".json"
     max_seq_len: int | None  # inputs are cut to this many tokens (it must fit the model's positions); None: no cut
     head: type | None  # the `BertFor...` class of its model (an ONNX export of one can stand in); None: another model
+    policy: Policy  # an input longer than max_seq_len: cut, or read in windows (tasks that can; others truncate)
 
     @classmethod
     def from_settings(cls, tokenizer, settings: dict, model_dir: Path, rt: Runtime) -> Task:
@@ -115,6 +118,7 @@ class TaskBase:
     labels: list[str] | None = None
     max_seq_len: int | None = None
     head: type | None = None
+    policy: Policy = Policy()
 
     @classmethod
     def model_settings(cls, model_dir: Path, config) -> dict:

@@ -2,16 +2,19 @@
 
 The pooling and longest input come from the directory's sentence-transformers files
 (`bertkit.st.model_pooling`: mean and 256 tokens for a plain BERT directory). Search always
-normalises the vectors, so the inner product is the cosine whatever the model says.
+normalises the vectors, so the inner product is the cosine whatever the model says. A text longer
+than the limit meets the encoder's long-input `policy` (`bertkit.long_inputs`): cut, or read in
+windows whose vectors are pooled into one (`encode`) or kept one per chunk (`encode_chunks`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from bertkit.long_inputs import Policy
 from bertkit.st import model_pooling
 
 
@@ -27,11 +30,12 @@ class Encoder:
     batch_size: int = 32
     device: str = "cpu"
     precision: str = "fp32"  # "bf16": the forward pass under bf16 autocast
+    policy: Policy = field(default_factory=Policy)  # a text longer than max_length: cut, or read in windows
 
     @classmethod
     def load(cls, model_dir: str | os.PathLike, pooling: str | None = None, max_length: int | None = None,
              batch_size: int = 32, device: str = "cpu", backend: str = "torch", int8: bool = False,
-             precision: str = "fp32") -> Encoder:
+             precision: str = "fp32", policy: Policy | None = None) -> Encoder:
         """`backend` "onnx": a `bertkit export` folder in ONNX Runtime; `int8`: its int8 graph, or
         for torch the weights quantized (`bertkit.quantize`)."""
         from bertkit.export.backend import load_encoder_for
@@ -39,11 +43,22 @@ class Encoder:
         own_pooling, own_length = model_pooling(model_dir)
         model, tokenizer = load_encoder_for(model_dir, backend, int8)
         return cls(str(model_dir), model, tokenizer, pooling or own_pooling, max_length or own_length, batch_size,
-                   device, precision)
+                   device, precision, policy or Policy())
 
-    def encode(self, texts: list[str], progress: bool = False, report: dict | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: bool = False, report: dict | None = None,
+               chunks: bool = False):
+        """(N, C) unit vectors, one per text (a long text's chunks pooled); with `chunks`,
+        ((R, C) one per chunk, (R,) the text of each)."""
         from bertkit.embed import embed_texts
 
         return embed_texts(self.model, self.tokenizer, texts, pooling=self.pooling, normalize=True,
                            batch_size=self.batch_size, max_length=self.max_length, device=self.device,
-                           progress=progress, report=report, precision=self.precision)
+                           progress=progress, report=report, precision=self.precision, policy=self.policy,
+                           chunks=chunks)
+
+    def count_chunks(self, texts: list[str]) -> np.ndarray:
+        """(N,) the rows `encode(texts, chunks=True)` will give each text (its windows)."""
+        from bertkit.embed import text_plan
+
+        limit = min(self.max_length, self.model.config.max_position_embeddings)
+        return np.bincount(text_plan(self.tokenizer, texts, limit, self.policy).owner, minlength=len(texts))

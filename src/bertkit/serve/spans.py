@@ -4,12 +4,15 @@
   words tagged B-X, or I-X after anything but X, start an entity; an entity spans its first
   word's first character to its last word's last, and its score is the mean probability of its
   words' tags. Its kind is both "entity" and "entity_group" (transformers' aggregated pipeline
-  and HF's InferenceClient read the latter).
+  and HF's InferenceClient read the latter). A long text read in windows is tagged token by token
+  from the window where each has the most context, then decoded whole, so an entity across a
+  window's edge comes out whole and offsets count in the whole text.
 - /qa: the context cut into windows as for SQuAD (`data.squad.make_features`), the best span of
   any window (`eval.squad.best_span`), its probability the product of the start and end
   softmaxes over its window. The body is {"question", "context"}, or HF's {"inputs": {"question",
   "context"}}.
-- /fill-mask: the top-k guesses for each [MASK], from one forward pass over the whole text.
+- /fill-mask: the top-k guesses for each [MASK], from one forward pass over the whole text (in
+  windows: each [MASK] from the window where it has the most context).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from bertkit.serve.requests import (
     text,
     texts,
 )
-from bertkit.serve.routes import Work, _rows, _softmax, cut_header, encode, long_inputs
+from bertkit.serve.routes import Work, _softmax, encode
 
 
 def _word_tags(spec: ModelSpec, encoding, logits: np.ndarray) -> list[tuple[str, float, int, int]]:
@@ -68,13 +71,17 @@ def ner(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """{"inputs": str | [str], "truncate": false} -> entities [{"entity", "entity_group", "word",
     "start", "end", "score"}] (a list per text when a list was sent)."""
     inputs, single = texts(body, "inputs", limits)
-    encodings, cut = encode(spec, inputs, long_inputs("/ner", body), "inputs")
+    encoded = encode(spec, body, limits, "/ner", inputs, "inputs")
 
     def finish(out):
-        result = [entities(spec, s, e, logits) for s, e, logits in zip(inputs, encodings, out)]
+        result = []
+        for i, rows in enumerate(encoded.group(out)):
+            logits = encoded.tokens(i, rows)  # (n + 2, L)
+            e = encoded.encodings[i]
+            result.append(entities(spec, inputs[i], e, logits[1:1 + len(e.ids)] if encoded.windows else logits))
         return result[0] if single else result
 
-    return Work("tokens", _rows(encodings), finish, cut_header(cut))
+    return Work("tokens", encoded.rows, finish, encoded.headers())
 
 
 def qa(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -103,7 +110,10 @@ def qa(spec: ModelSpec, body: dict, limits: Limits) -> Work:
         score = _softmax(logits[:, 0])[s] * _softmax(logits[:, 1])[e]
         return {"answer": context[start:end], "start": start, "end": end, "score": float(score)}
 
-    return Work("qa", list(zip(features.input_ids, features.token_type_ids)), finish)
+    from bertkit.serve.windows import headers
+
+    windows = [(0, len(features))] if len(features) > 1 else []
+    return Work("qa", list(zip(features.input_ids, features.token_type_ids)), finish, headers([], windows))
 
 
 def fill_mask(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -111,9 +121,9 @@ def fill_mask(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     [{"token", "id", "score", "sequence"}] best first ("sequence": the text with it filled in)."""
     inputs, single = texts(body, "inputs", limits)
     top_k = integer(body, "top_k", 5, 1, 100)
-    encodings, cut = encode(spec, inputs, long_inputs("/fill-mask", body), "inputs")
+    encoded = encode(spec, body, limits, "/fill-mask", inputs, "inputs")
     mask_id, tok = spec.tokenizer.mask_id, spec.tokenizer
-    for i, e in enumerate(encodings):
+    for i, e in enumerate(encoded.encodings):
         if mask_id not in e.ids:
             where = "inputs" if single else f"inputs[{i}]"
             raise ApiError(422, f"{where} has no [MASK] token" + (" within the model's tokens" if e.truncated else ""))
@@ -133,7 +143,23 @@ def fill_mask(spec: ModelSpec, body: dict, limits: Limits) -> Work:
         return report
 
     def finish(out):
-        result = [guesses(e, logits) for e, logits in zip(encodings, out)]
+        result = [guesses(encoded.encodings[i], _mask_logits(encoded, i, rows, mask_id))
+                  for i, rows in enumerate(encoded.group(out))]
         return result[0] if single else result
 
-    return Work("mlm", _rows(encodings), finish, cut_header(cut))
+    return Work("mlm", encoded.rows, finish, encoded.headers())
+
+
+def _mask_logits(encoded, i: int, outputs: list, mask_id: int) -> np.ndarray:
+    """(M, V) the logits of input i's [MASK]s in order: its one row's, or each [MASK]'s from the
+    window where it has the most context (a row's outputs hold its [MASK]s in order)."""
+    if not encoded.windows:
+        return outputs[0]
+    plan = encoded.plan
+    content, best, first = plan.contents[i], plan.best_rows(i), plan.rows(i).start
+    found = []
+    for t in np.flatnonzero(content == mask_id).tolist():
+        r = int(best[t])
+        before = int(np.count_nonzero(content[plan.start[r]:t] == mask_id))  # [MASK]s of row r before t
+        found.append(outputs[r - first][before])
+    return np.stack(found)
