@@ -82,6 +82,7 @@ IX = "index --model $tiny --input $text --out idx --no-progress"
 SE = "search --index $index 'a film'"
 SV = "serve --model $tiny --port 0"
 EX = "export --model $tiny --format onnx --out ex"
+TU = "tune --model $tiny --task sst2 --train $train --dev $dev --out st --trials 2 --no-progress"
 DUPS = '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'
 
 CASES = [
@@ -125,6 +126,18 @@ CASES = [
     Case(f"{FT.replace('--task sst2', '--task squad')} --classifier-dropout 0.2", "--classifier-dropout applies to"),
     Case(f"{FT} --eval-every 0", "argument --eval-every"),
     Case(f"{FT} --eval-every 2.5", "argument --eval-every"),
+    Case(f"{FT} --early-stopping 0", "argument --early-stopping"),
+    Case(f"{FT} --metric-for-best mcc", "--metric-for-best mcc: this task's evaluations report"),
+    Case(f"{FT} --threshold 0.5", "--threshold applies to --task multilabel only"),
+    Case(f"{FT} --label-separator ;", "--label-separator applies to --task multilabel only"),
+    Case(f"{FT} --pos-weight 2", "--pos-weight applies to --task multilabel or rerank only"),
+    Case(f"{FT} --class-weights nope.json", "argument --class-weights: nope.json: no such file"),
+    Case(f"{FT} --class-weights w.json", "w.json: class weights must name each label (0, 1): missing 1",
+         {"w.json": '{"0": 2}'}),
+    Case(f"{FT.replace('sst2', 'ner').replace('$train', '$conll').replace('$dev', '$conll')} --feature-based "
+         "--class-weights balanced", "--class-weights applies to fine-tuning, not the --feature-based tagger"),
+    Case(f"{FT.replace('sst2', 'multilabel')} --text-columns sentence --label-column label --threshold 1",
+         "argument --threshold"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
     # finetune --long-inputs
     Case(f"{FT} --long-inputs chunks", "argument --long-inputs: invalid choice"),
@@ -159,6 +172,29 @@ CASES = [
          {"p.jsonl": '{"anchor": "x"}\n'}),
     Case(EMB.replace("$pairs", "s.tsv"), "s.tsv:2: score 'x' is not a number",
          {"s.tsv": "anchor\tpositive\tscore\na\tb\tx\n"}),
+    # --report-to (pretrain, finetune, distill, ablate)
+    Case(f"{FT} --report-to wandb", "argument --report-to: invalid choice: 'wandb'"),
+    Case(f"{PT} --report-to wandb", "argument --report-to: invalid choice: 'wandb'"),
+    Case(f"{DI} --report-to wandb", "argument --report-to: invalid choice: 'wandb'"),
+    Case("ablate --out abl --report-to wandb", "argument --report-to: invalid choice: 'wandb'"),
+    # tune: finetune's flags and checks, its own flags, the study folder
+    Case(f"{TU} --trials 0", "argument --trials"),
+    Case(TU.replace("--trials 2", ""), "required: --trials"),
+    Case(f"{TU} --timeout 0", "argument --timeout"),
+    Case(f"{TU} --search lr=1e-3:1e-5", "argument --search: 'lr=1e-3:1e-5': LOW must be below HIGH"),
+    Case(f"{TU} --search momentum=0:1", "argument --search: 'momentum=0:1': expected NAME=SPEC"),
+    Case(f"{TU} --search lr=0:1:log", "argument --search: 'lr=0:1:log': lr must be above 0"),
+    Case(f"{TU} --search epochs=1.5:3", "argument --search: 'epochs=1.5:3': expected whole numbers"),
+    Case(f"{TU} --lr 1e-4 --search lr=1e-5:1e-3", "--lr fixes lr; --search names it too"),
+    Case(f"{TU} --epochs 0", "argument --epochs"),
+    Case(f"{TU} --seeds 1,2", "--seeds: a trial trains one seed"),
+    Case(f"{TU} --report-to tensorboard", "--report-to tensorboard applies to bertkit finetune"),
+    Case(f"{TU} --prune-warmup -1", "argument --prune-warmup"),
+    Case(f"{TU} --feature-based", "--feature-based applies to --task ner only"),
+    Case(f"{TU} --metric-for-best mcc", "--metric-for-best mcc: this task's evaluations report"),
+    Case(TU, "st: is a folder of other files, not a previous study", {"st/notes.txt": "mine"}),
+    Case(TU, "st: is a file", {"st": "not a folder"}),
+    Case(TU, "st/study.db: not an Optuna study database", {"st/study.db": "not sqlite"}),
     # distill
     Case(f"{DI} --temperature 0", "argument --temperature"),
     Case(DI.replace("teacher --train", "huge --train"), "argument --student-preset"),

@@ -7,6 +7,7 @@
 - fine-tuning: train_loss.png (loss per step, one line per seed) and dev_<metric>.png (at each
   evaluation: per epoch, or every --eval-every steps), for bertkit's loop and transformers' Trainer;
 - ablations: one PNG per table (`plot_ablation_table`), our medians beside the paper's figures.
+- hyper-parameter search: trials.png (`plot_trials`), each trial's dev metric by trial and by lr.
 
 Accuracy and dev-metric axes fit the data (`_fit_y`), not a fixed 0-1: a rise from 2% to 16% fills
 the plot instead of hugging its floor, and a lone evaluation is a marked dot in a range around it.
@@ -149,4 +150,42 @@ def plot_ablation_table(table: dict, dest: str | Path) -> None:
     axes[0][0].set_yticks(y, [r["label"] for r in rows], fontsize=8)
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(table["title"] + ": ours (bars, dots = seeds) and the paper (red)", fontsize=10)
+    save_figure(fig, dest)
+
+
+def plot_trials(trials: list[dict], metric: str, dest: str | Path) -> None:
+    """trials.png of `bertkit tune` (trials.json's records): the dev metric of each trial against
+    its number, complete trials as dots with the best so far as a line and pruned ones as crosses at
+    their last evaluation; and the same values against the learning rate (log scale)."""
+    plt = pyplot()
+    fig, (by_trial, by_lr) = plt.subplots(1, 2, figsize=(11, 4))
+    points = {"complete": [], "pruned": []}
+    for t in trials:
+        value = t["value"] if t["state"] == "complete" else next(reversed(t["evaluations"].values()), None)
+        if t["state"] in points and value is not None:
+            points[t["state"]].append((t["number"], t["params"].get("lr"), value))
+    styles = {"complete": dict(marker="o", color="#1f77b4", label="complete (best checkpoint)"),
+              "pruned": dict(marker="x", color="#d62728", label="pruned (last evaluation)")}
+    for state, rows in points.items():
+        if rows:
+            by_trial.scatter([r[0] for r in rows], [r[2] for r in rows], **styles[state])
+            with_lr = [r for r in rows if r[1] is not None]
+            by_lr.scatter([r[1] for r in with_lr], [r[2] for r in with_lr], **styles[state])
+    done = sorted((r[0], r[2]) for r in points["complete"])
+    if done:
+        sign = -1.0 if metric.endswith("loss") else 1.0
+        best = [max(v * sign for _, v in done[: i + 1]) * sign for i in range(len(done))]
+        by_trial.step([n for n, _ in done], best, where="post", color="#1f77b4", alpha=0.5, label="best so far")
+    by_trial.set(xlabel="trial", ylabel=f"dev {metric}", title=f"dev {metric} per trial")
+    by_lr.set(xlabel="learning rate", ylabel=f"dev {metric}", title="against the learning rate")
+    if any(r[1] for rows in points.values() for r in rows):
+        from matplotlib.ticker import NullFormatter
+
+        by_lr.set_xscale("log")
+        by_lr.xaxis.set_minor_formatter(NullFormatter())  # a narrow range labels its minor ticks, overlapping
+    for ax in (by_trial, by_lr):
+        _fit(ax, [r[2] for rows in points.values() for r in rows])
+        ax.grid(alpha=0.3)
+        if ax.collections or ax.lines:
+            ax.legend(fontsize=8)
     save_figure(fig, dest)

@@ -54,6 +54,7 @@ class Context:
     data_dir: Path
     device: str = "auto"
     workers: int = 1
+    report_to: str = "none"  # each pretraining's and fine-tuning's live curves (bertkit.tracking)
     claims: Claims = field(init=False)
 
     def __post_init__(self):
@@ -156,7 +157,7 @@ def _pretrain(cell: Cell, plan: Plan, ctx: Context) -> dict:
                       compile=s.compile, save_every=max(1, steps // 8), log_every=max(1, steps // 20),
                       eval_every=steps if "steps" in length else 10**9,  # and once more at the end
                       eval_samples=s.eval_samples, keep=1, seed=0, resume=True, device=ctx.device,
-                      config_overrides=dict(overrides))
+                      config_overrides=dict(overrides), report_to=ctx.report_to)
     status = pretrain(cfg)
     if status != 0:
         raise Stopped(status)
@@ -193,7 +194,7 @@ def _finetune(cell: Cell, plan: Plan, ctx: Context) -> dict:
     job = FinetuneJob(model=str(ctx.path(f"pretrain/{cell.param('variant')}") / "model"),
                       task="ner" if task == "conll" else task, train=train, dev=dev, out=str(out), hyper=hyper,
                       max_seq_len=p["max_seq_len"], feature_based=feature, layers=layers, combine=combine,
-                      device=ctx.device, precision=_precision(s, ctx), progress=False)
+                      device=ctx.device, precision=_precision(s, ctx), progress=False, report_to=ctx.report_to)
     new_model = None
     if how in (LTR, LTR_BILSTM):
         from bertkit.finetune.ltr import ltr_model

@@ -42,6 +42,7 @@ class AblationJob:
     workers: int = 1
     command: str = ""
     mode: str = "run"  # one of MODES
+    report_to: str = "none"  # every cell's live curves: bertkit.tracking.REPORT_TO (in its own folder's tensorboard/)
 
 
 def plan_for(job: AblationJob) -> Plan:
@@ -120,7 +121,7 @@ def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict
     out = Path(job.out)
     if report_only and not (out / FOLDER_FILE).is_file():
         raise UserError(f"--report-only needs an ablation's folder (no {FOLDER_FILE} here)", out)
-    ctx = Context(out / "work", list(job.corpus), Path(job.data_dir), job.device, job.workers)
+    ctx = Context(out / "work", list(job.corpus), Path(job.data_dir), job.device, job.workers, job.report_to)
     started = time.time()
     meta = {"command": job.command, "job": {**asdict(job), "seeds": list(job.seeds)},
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("bertkit.cli.prepare", "turn raw text into pretraining shards"),
     "pretrain": ("bertkit.cli.pretrain", "pretrain with MLM (+NSP) or LTR"),
     "finetune": ("bertkit.cli.finetune", "fine-tune on GLUE, SQuAD, NER or your own data"),
+    "tune": ("bertkit.cli.tune", "search fine-tuning's hyper-parameters with Optuna; a rerun continues the study"),
     "distill": ("bertkit.cli.distill", "train a smaller student to imitate a teacher (DistilBERT-style)"),
     "evaluate": ("bertkit.cli.evaluate", "evaluate a model on a task's data"),
     "score": ("bertkit.cli.score", "score a predictions file with the official metric"),

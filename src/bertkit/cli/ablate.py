@@ -17,6 +17,8 @@ import shlex
 from pathlib import Path
 
 from bertkit.cli.args import (
+    add_report_to,
+    check_report_to,
     comma_ints,
     device_name,
     existing_dir,
@@ -68,6 +70,8 @@ def add_arguments(parser) -> None:
            "against its majority class -> OUT/task-check.json")
     a("--plan-only", action="store_true", help="print the cells and the time estimate; run nothing")
     a("--report-only", action="store_true", help="write the report from the cells done so far; run nothing")
+    add_report_to(parser, "each pretraining's OUT/work/pretrain/NAME/tensorboard and each fine-tuning's "
+                          "OUT/work/finetune/.../tensorboard (tensorboard --logdir OUT/work)")
 
 
 def check(args) -> None:
@@ -84,6 +88,7 @@ def check(args) -> None:
         raise UserError("--tasks does not apply to --tune-lr (it pretrains only)")
     if not args.corpus and not (args.plan_only or args.report_only):
         raise UserError("--corpus is required (the pretraining text)")
+    check_report_to(args)
     from bertkit.ablate.runner import plan_for
 
     plan = plan_for(job_from_args(args))
@@ -104,10 +109,11 @@ def job_from_args(args):
             command += [flag, ",".join(value)]
     mode = "tune-lr" if args.tune_lr else "check-tasks" if args.check_tasks else "run"
     command += [] if mode == "run" else [f"--{mode}"]
+    command += [] if args.report_to == "none" else ["--report-to", args.report_to]
     return AblationJob(corpus=list(args.corpus or []), out=args.out, scale=args.scale, seeds=tuple(args.seeds),
                        tasks=tuple(args.tasks) if args.tasks else None, only=args.only,
                        data_dir=args.data_dir or _default_data_dir(), device=args.device, workers=args.workers,
-                       command=shlex.join(command), mode=mode)
+                       command=shlex.join(command), mode=mode, report_to=args.report_to)
 
 
 def run(args) -> int:

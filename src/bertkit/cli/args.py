@@ -226,6 +226,22 @@ def check_precision(precision: str, int8: bool, backend: str = "torch") -> None:
         raise UserError(f"--precision bf16 runs torch models in bf16: not with {other}")
 
 
+def add_report_to(parser, where: str) -> None:
+    """`--report-to tensorboard|none`: live curves of a training run (bertkit.tracking)."""
+    from bertkit.tracking import REPORT_TO
+
+    parser.add_argument("--report-to", choices=REPORT_TO, default="none",
+                        help=f"tensorboard: losses, lr, throughput and dev metrics as they happen, in {where} "
+                             f"(`tensorboard --logdir` it; needs pip install 'bertkit[tensorboard]'); none: no curves")
+
+
+def check_report_to(args) -> None:
+    """--report-to tensorboard without the tensorboard package: one line, before any work."""
+    from bertkit.tracking import check_report_to as check
+
+    check(args.report_to)
+
+
 def add_overwrite(parser, what: str) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help=f"replace an existing {what} at the output path (refused otherwise)")

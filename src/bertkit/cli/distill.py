@@ -18,7 +18,9 @@ from pathlib import Path
 
 from bertkit.cli.args import (
     add_overwrite,
+    add_report_to,
     check_output_dir,
+    check_report_to,
     comma_ints,
     device_name,
     existing_file,
@@ -80,6 +82,7 @@ def add_arguments(parser) -> None:
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     a("--eval-batch-size", type=positive_int, default=64, help="inputs per forward pass when evaluating")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    add_report_to(parser, "OUT/tensorboard/seedN")
 
 
 def check(args) -> None:
@@ -104,6 +107,7 @@ def check(args) -> None:
     if args.pooling != "mean" and args.task != "embedding":
         raise UserError("--pooling applies to --task embedding only")
     check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "distillation result")
+    check_report_to(args)
 
 
 def job_from_args(args):
@@ -122,7 +126,7 @@ def job_from_args(args):
         teacher_layers=args.teacher_layers, weights=weights, hyper=hp, max_seq_len=args.max_seq_len,
         text_columns=columns, label_column=args.label_column, pooling=args.pooling,
         max_train_examples=args.max_train_examples, device=args.device, precision=args.precision,
-        eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
+        eval_batch_size=args.eval_batch_size, progress=not args.no_progress, report_to=args.report_to)
 
 
 def run(args) -> int:

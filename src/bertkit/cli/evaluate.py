@@ -56,8 +56,8 @@ def add_arguments(parser) -> None:
     a("--max-seq-len", type=int_between(8, 512), default=None, help="default: the model's fine-tuning value")
     a("--out", help="write the predictions here (the task's format, as finetune writes them)")
     add_overwrite(parser, "predictions file")
-    a("--text-columns", help="classify/regress: text column(s); default: as fine-tuned")
-    a("--label-column", help="classify/regress: label column; default: as fine-tuned")
+    a("--text-columns", help="classify/regress/multilabel: text column(s); default: as fine-tuned")
+    a("--label-column", help="classify/regress/multilabel: label column; default: as fine-tuned")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     add_precision(parser, "fp32", " (default fp32: evaluate reproduces the scores finetune wrote to results.json, "
                   "which it computes in fp32 unless trained with --precision bf16)")

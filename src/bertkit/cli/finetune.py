@@ -4,8 +4,12 @@
 a cross-encoder (a one-label classifier `CrossEncoder` loads) on (anchor, positive[, negatives]
 [, score]) rows from TSV or JSONL (`bertkit.data.pairs`).
 
+--task multilabel trains a classifier of label sets (sigmoid per label, a decision threshold
+tuned on dev or given), saved as transformers' `problem_type="multi_label_classification"`.
+
 Writes into OUT: model/ (HF format with vocabulary, loadable by the matching transformers
-`BertFor...` class; the seed with the best dev main metric, after its last epoch),
+`BertFor...` class; the seed with the best dev main metric, after its last epoch, or with
+--metric-for-best / --early-stopping each seed's best evaluation and the best of those),
 results.json (each seed's dev metrics per epoch and at every evaluation: step, epoch, train loss
 since the previous one; median and standard deviation, time, options),
 predictions.tsv|.json|.conll (that model's dev predictions: GLUE submission layout, SQuAD
@@ -21,8 +25,10 @@ from pathlib import Path
 from bertkit.cli.args import (
     add_long_inputs,
     add_overwrite,
+    add_report_to,
     check_long_inputs,
     check_output_dir,
+    check_report_to,
     comma_ints,
     device_name,
     existing_file,
@@ -36,8 +42,14 @@ from bertkit.cli.args import (
 from bertkit.errors import UserError
 
 DEFAULT_LAYERS = (-4, -3, -2, -1)
+BALANCED = "balanced"
 RESULT_MARKERS = ("results.json", "model")  # what a previous fine-tuning left in OUT
 fraction_below_1 = float_in(0.0, 1.0, high_open=True)
+
+
+def class_weights_arg(text: str) -> str:
+    """--class-weights: "balanced" or an existing JSON file (its content is checked against the labels)."""
+    return text if text == BALANCED else existing_file(text)
 
 
 def add_arguments(parser) -> None:
@@ -46,7 +58,8 @@ def add_arguments(parser) -> None:
     a = parser.add_argument
     a("--model", required=True, type=model_dir, help="pretrained model directory (HF format + vocab.txt)")
     a("--task", required=True, choices=TASKS,
-      help="GLUE task, classify/regress, squad, ner, embedding (a bi-encoder) or rerank (a cross-encoder)")
+      help="GLUE task, classify/regress, multilabel (a set of labels per row), squad, ner, embedding "
+           "(a bi-encoder) or rerank (a cross-encoder)")
     a("--train", required=True, type=existing_file, help="training file (official layout for GLUE/SQuAD/CoNLL)")
     a("--dev", type=existing_file, help="dev file to evaluate after each epoch (optional for squad --split-articles)")
     a("--out", required=True, help="output folder: model/, results.json, predictions, plots")
@@ -75,8 +88,8 @@ def add_arguments(parser) -> None:
     a("--max-train-examples", type=positive_int, default=None,
       help="train on a random subset of this many examples (fixed seed 0)")
     a("--eval-batch-size", type=positive_int, default=64, help="inputs per forward pass when evaluating")
-    a("--text-columns", help="classify/regress: one or two text column names, comma-separated")
-    a("--label-column", help="classify/regress: the label column name")
+    a("--text-columns", help="classify/regress/multilabel: one or two text column names, comma-separated")
+    a("--label-column", help="classify/regress/multilabel: the label column name")
     a("--split-articles", type=positive_int, default=None, metavar="K",
       help="squad: train on K articles of --train, evaluate on the others (unless --dev)")
     a("--feature-based", action="store_true",
@@ -86,8 +99,30 @@ def add_arguments(parser) -> None:
     a("--group-by-length", action="store_true",
       help="batch inputs of similar length together (less padding; faster on CPU)")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    add_report_to(parser, "OUT/tensorboard/seedN")
     add_long_inputs(parser, aggregate=True)
     _add_pair_arguments(parser)
+    _add_label_and_best_arguments(parser)
+
+
+def _add_label_and_best_arguments(parser) -> None:
+    """Class weights, multi-label decisions, and keeping each seed's best evaluation."""
+    a = parser.add_argument
+    a("--class-weights", type=class_weights_arg, default=None, metavar="balanced|FILE",
+      help="classification and ner: weighted cross-entropy, balanced (n_samples / (n_classes * count)) or a "
+           "JSON file {label: weight} naming every label (default: unweighted)")
+    a("--label-separator", default=None, metavar="SEP",
+      help="multilabel: what joins a row's labels in a TSV/CSV column (default ','; JSONL: a list)")
+    a("--threshold", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=None,
+      help="multilabel: a label is predicted when its sigmoid is at least this (default: tuned on dev to "
+           "maximise micro-F1)")
+    a("--early-stopping", type=positive_int, default=None, metavar="PATIENCE",
+      help="stop a seed after PATIENCE dev evaluations in a row without improving --metric-for-best, and save "
+           "its best evaluation's weights (default: train every epoch)")
+    a("--metric-for-best", default=None, metavar="NAME",
+      help="save each seed's best evaluation by this dev metric (greater is better; lower for a name ending in "
+           "'loss'), and the seed whose best is best (default: the last evaluation by the task's main metric; "
+           "with --early-stopping, the main metric)")
 
 
 def _add_pair_arguments(parser) -> None:
@@ -114,11 +149,19 @@ def _add_pair_arguments(parser) -> None:
       help="embedding: also train the first D dimensions of the vectors to work alone, for each D "
            "(comma-separated; default: full width only)")
     a("--pos-weight", type=positive_float, default=None,
-      help="rerank, bce: weight of the positives' terms (e.g. the number of negatives per positive; default 1)")
+      help="rerank (bce) and multilabel: weight of the positives' terms (e.g. the number of negatives per "
+           "positive; default 1)")
 
 
 def check(args) -> None:
     """What needs several flags or the file system; every single flag was checked when parsed."""
+    check_job(args)
+    check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "fine-tuning result")
+    check_report_to(args)
+
+
+def check_job(args) -> None:
+    """The flags that make the job, together (the output aside): `bertkit tune` checks its own with this."""
     from bertkit.finetune.registry import TASKS
 
     if args.feature_based and TASKS[args.task].feature_based is None:
@@ -137,7 +180,6 @@ def check(args) -> None:
         raise UserError("--split-articles applies to --task squad only")
     if args.dev is None and args.split_articles is None:
         raise UserError("--dev is required (or, for squad, --split-articles K)")
-    check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "fine-tuning result")
 
 
 def _check_task_options(args) -> None:
@@ -145,9 +187,12 @@ def _check_task_options(args) -> None:
     from bertkit.finetune.registry import TASKS
 
     kind = TASKS[args.task]
-    if args.pos_weight is not None and ("pos_weight" not in kind.options or args.loss == "listwise"):
-        raise UserError(f"--pos-weight applies to --task {_tasks_with(lambda k: 'pos_weight' in k.options)} "
-                        "with --loss bce only")
+    if args.pos_weight is not None and "pos_weight" not in kind.options:
+        raise UserError(f"--pos-weight applies to --task {_tasks_with(lambda k: 'pos_weight' in k.options)} only")
+    if args.pos_weight is not None and args.loss == "listwise":
+        raise UserError("--pos-weight applies to --task rerank with --loss bce only")
+    if args.class_weights is not None and args.feature_based:
+        raise UserError("--class-weights applies to fine-tuning, not the --feature-based tagger")
     for name in dict.fromkeys(o for k in TASKS.values() for o in k.options if o != "loss"):
         if getattr(args, name) not in (None, False) and name not in kind.options:
             owners = _tasks_with(lambda k, name=name: name in k.options)
@@ -173,7 +218,8 @@ def job_from_args(args):
     lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
     hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, args.max_grad_norm,
                seeds=args.seeds, group_by_length=args.group_by_length,
-               classifier_dropout=args.classifier_dropout, eval_every=args.eval_every, adam_eps=args.adam_eps)
+               classifier_dropout=args.classifier_dropout, eval_every=args.eval_every, adam_eps=args.adam_eps,
+               early_stopping=args.early_stopping, metric_for_best=args.metric_for_best)
     from bertkit.finetune.registry import TASKS
 
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
@@ -183,7 +229,8 @@ def job_from_args(args):
         feature_based=args.feature_based, layers=args.layers if args.feature_based else None,
         split_articles=args.split_articles, max_train_examples=args.max_train_examples,
         options={name: getattr(args, name) for name in TASKS[args.task].options}, device=args.device,
-        precision=args.precision, eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
+        precision=args.precision, eval_batch_size=args.eval_batch_size, progress=not args.no_progress,
+        report_to=args.report_to)
 
 
 def run(args, new_model=None) -> int:
@@ -201,4 +248,6 @@ def _print_summary(results: dict, out: Path) -> None:
           + ", ".join(f"{r['seed']}: {r['dev'].get(main, float('nan')):.2f}" for r in results["seeds"]))
     for key, s in results["summary"].items():
         print(f"  {key:<10} median {s['median']:7.2f}  std {s['std']:6.2f}  min {s['min']:7.2f}  max {s['max']:7.2f}")
-    print(f"saved seed {results['saved_seed']}'s model to {out / 'model'}; results in {out / 'results.json'}")
+    best = f" (step {results['best_step']}, {results['metric_for_best']} {results['best_metric']:.2f})" \
+        if "best_step" in results else ""
+    print(f"saved seed {results['saved_seed']}'s model{best} to {out / 'model'}; results in {out / 'results.json'}")

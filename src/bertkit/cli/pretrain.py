@@ -17,6 +17,8 @@ import argparse
 import dataclasses
 
 from bertkit.cli.args import (
+    add_report_to,
+    check_report_to,
     device_name,
     existing_dir,
     float_in,
@@ -114,6 +116,7 @@ def add_arguments(parser) -> None:
            "starts tied to the word embeddings); DATA_DIR must be prepared with its vocab.txt; --preset is ignored")
     a("--config-json", type=json_object, default=None,
       help='model config overrides: a JSON object or a .json file, e.g. \'{"num_hidden_layers": 2}\'')
+    add_report_to(parser, "RUN_DIR/tensorboard")
 
 
 def _add_recipe_flags(a) -> None:
@@ -147,6 +150,7 @@ def check(args) -> None:
         train_config(args)
     except OptionError as e:
         raise UserError(e.flags()) from None
+    check_report_to(args)
 
 
 def train_config(args):
@@ -162,7 +166,7 @@ def train_config(args):
         eval_every=args.eval_every, log_every=args.log_every, eval_samples=args.eval_samples, keep=args.keep,
         seed=args.seed, resume=args.resume, max_grad_norm=args.max_grad_norm, device=args.device,
         tokenizer=args.tokenizer, config_overrides=args.config_json or {}, overwrite=args.overwrite,
-        init_from=args.init_from,
+        init_from=args.init_from, report_to=args.report_to,
     )
 
 

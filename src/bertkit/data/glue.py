@@ -4,7 +4,8 @@ Every GLUE task ships its own layout (CoLA has no header, MRPC's header starts w
 mark, STS-B keeps ten columns, MNLI's gold label is last). `read_glue(task, path)` knows each one,
 so a downloaded GLUE folder reads with no options; test files (no label column) give label None.
 GLUE text contains unbalanced quote characters, so TSVs are split on tabs only, never with csv
-quoting. `read_table` reads a user's TSV/CSV/JSONL with named columns.
+quoting. `read_table` reads a user's TSV/CSV/JSONL with named columns, `read_label_sets` the
+same with a set of labels per row (multi-label).
 
 Predictions file (written by `write_predictions`, read by `bertkit score` through
 `read_predictions`): UTF-8 text, one predicted label per line, in the order of the gold file's
@@ -15,6 +16,7 @@ examples, no header; regression scores as decimal numbers. The GLUE submission l
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ class Example:
     guid: str  # "<file stem>-<line number>", enough to find the row again
     text_a: str
     text_b: str | None
-    label: str | float | None  # None for unlabelled (test) rows
+    label: str | float | tuple[str, ...] | None  # None for unlabelled (test) rows; a tuple: multi-label
 
 
 @dataclass(frozen=True)
@@ -50,16 +52,18 @@ def _cls(name, labels, metrics, main, pair) -> TaskSpec:
     return TaskSpec(name, "classification", labels, metrics, main, pair)
 
 
+# Macro-F1 beside accuracy for the classification tasks with no F1 of their own (MRPC and QQP
+# report the positive class's F1, as GLUE does; CoLA Matthews correlation).
 GLUE: dict[str, TaskSpec] = {
     "cola": _cls("cola", ("0", "1"), ("mcc",), "mcc", False),
-    "sst2": _cls("sst2", ("0", "1"), ("accuracy",), "accuracy", False),
+    "sst2": _cls("sst2", ("0", "1"), ("accuracy", "macro_f1"), "accuracy", False),
     "mrpc": _cls("mrpc", ("0", "1"), ("f1", "accuracy"), "f1", True),
     "stsb": TaskSpec("stsb", "regression", None, ("pearson", "spearman"), "spearman", True),
-    "rte": _cls("rte", ("entailment", "not_entailment"), ("accuracy",), "accuracy", True),
-    "qnli": _cls("qnli", ("entailment", "not_entailment"), ("accuracy",), "accuracy", True),
-    "mnli": _cls("mnli", ("contradiction", "entailment", "neutral"), ("accuracy",), "accuracy", True),
+    "rte": _cls("rte", ("entailment", "not_entailment"), ("accuracy", "macro_f1"), "accuracy", True),
+    "qnli": _cls("qnli", ("entailment", "not_entailment"), ("accuracy", "macro_f1"), "accuracy", True),
+    "mnli": _cls("mnli", ("contradiction", "entailment", "neutral"), ("accuracy", "macro_f1"), "accuracy", True),
     "qqp": _cls("qqp", ("0", "1"), ("f1", "accuracy"), "f1", True),
-    "wnli": _cls("wnli", ("0", "1"), ("accuracy",), "accuracy", True),
+    "wnli": _cls("wnli", ("0", "1"), ("accuracy", "macro_f1"), "accuracy", True),
 }
 
 # Header-based layouts: (first text column, second text column or None, label column).
@@ -218,12 +222,48 @@ def read_table(path: str | os.PathLike, text_columns: list[str], label_column: s
         label = None
         if label_column:
             value = record[label_column]
+            if isinstance(value, (list, dict)):
+                raise UserError(f"label {json.dumps(value)} is not one {kind} label"
+                                + (" (several labels per row: --task multilabel)" if isinstance(value, list) else ""),
+                                path, number)
             label = _convert_label(spec, str(value) if not isinstance(value, str) else value, path, number)
         text_b = texts[1] if len(texts) == 2 else None
         examples.append(Example(f"{path.stem}-{number}", texts[0], text_b, label))
     if not examples:
         raise UserError("no examples in file", path)
     return examples
+
+
+def read_label_sets(path: str | os.PathLike, text_columns: list[str], label_column: str | None,
+                    separator: str = ",") -> list[Example]:
+    """Read a multi-label table: each row's labels (a set, possibly empty) as a sorted tuple.
+
+    In TSV/CSV the label column holds the names joined by `separator` ("" for none); in JSONL a
+    list of names (or one string, split the same way). Numbers are refused: a multi-hot vector
+    or label ids say nothing about the names, so a row must list them.
+    """
+    path = Path(path)
+    examples = read_table(path, text_columns, None, "classification")
+    if not label_column:
+        return examples
+    for example, (number, record) in zip(examples, _records(path, _table_format(path))):
+        if label_column not in record:
+            raise UserError(f"no column {label_column!r} (has: {', '.join(map(str, record))})", path, number)
+        example.label = _label_set(record[label_column], separator, path, number)
+    return examples
+
+
+def _label_set(value, separator: str, path: Path, line: int) -> tuple[str, ...]:
+    if isinstance(value, str):
+        names = [] if not value.strip() else [v.strip() for v in value.split(separator)]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        names = [v.strip() for v in value]
+    else:
+        raise UserError(f"labels {json.dumps(value)} are not a list of label names (e.g. [\"PER\", \"LOC\"]); "
+                        "multi-hot vectors and numbers are not read", path, line)
+    if any(not n for n in names):
+        raise UserError(f"empty label name in {json.dumps(value)} (separator {separator!r})", path, line)
+    return tuple(sorted(set(names)))
 
 
 def label_list(examples: list[Example]) -> list[str]:

@@ -47,6 +47,7 @@ class DistillJob:
     precision: str = "fp32"
     eval_batch_size: int = 64
     progress: bool = True
+    report_to: str = "none"  # live curves: bertkit.tracking.REPORT_TO (OUT/tensorboard/seedN)
 
 
 def _teacher_task(job: DistillJob, rt: Runtime):
@@ -175,10 +176,10 @@ def run_distill(job: DistillJob, log=print, args: dict | None = None) -> dict:
         made.update(how)
         return student
 
-    run_info = {"model": job.teacher, "train": job.train, "dev": job.dev,
+    run_info = {"model": job.teacher, "train": job.train, "dev": job.dev, "distilled": True,
                 "args": args if args is not None else _job_dict(job)}
     results = finetune(task, Path(job.teacher), train, dev, job.hyper, rt, Path(job.out), tokenizer, run_info,
-                       log=lambda line: log("  " + line), new_model=new_model)
+                       log=lambda line: log("  " + line), new_model=new_model, report_to=job.report_to)
     student_dev = next(r for r in results["seeds"] if r["seed"] == results["saved_seed"])["dev"]
     main = task.main_metric
     report = {"task": job.task, "main_metric": main, "teacher": job.teacher, "teacher_dev": teacher_dev,

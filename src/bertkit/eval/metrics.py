@@ -113,3 +113,45 @@ def task_metrics(spec, preds, labels) -> dict[str, float]:
     if unknown:
         raise ValueError(f"unknown metric {unknown[0]!r} for task {spec.name}")
     return {name: 100.0 * functions[name]() for name in spec.metrics}
+
+
+def best_threshold(probs, gold) -> float:
+    """The decision threshold on `probs` (N, L) that maximises micro-F1 against the 0/1 `gold`
+    (N, L), a label being predicted when its probability is at least the threshold. Every
+    distinct probability is a candidate; the one returned lies halfway between the chosen value
+    and the next lower one, so the same predictions recomputed with float noise decide alike.
+    The highest such threshold wins a tie (fewer labels predicted)."""
+    p = np.asarray(probs, dtype=np.float64).ravel()
+    y = np.asarray(gold, dtype=bool).ravel()
+    if p.size == 0:
+        raise ValueError("no predictions to tune a threshold on")
+    order = np.argsort(-p, kind="stable")
+    values, hits = p[order], y[order].astype(np.int64)
+    last = np.r_[values[1:] != values[:-1], True]  # the last position of each run of equal values
+    tp = np.cumsum(hits)[last]  # true positives when every value >= this one is predicted
+    predicted = np.flatnonzero(last) + 1
+    f1 = 2 * tp / (predicted + y.sum())
+    k = int(np.argmax(f1))  # the first maximum: the highest threshold
+    chosen, distinct = values[last][k], values[last]
+    lower = distinct[k + 1] if k + 1 < len(distinct) else chosen / 2
+    return float((chosen + lower) / 2)
+
+
+def multilabel_metrics(predicted, gold, labels: list[str]) -> dict:
+    """Micro-F1, macro-F1 (the unweighted mean of per-label F1; a label with no gold and no
+    predicted positives counts 0, as scikit-learn's zero_division default), subset accuracy
+    (every label of a row right) and per-label F1, x100, of 0/1 arrays (N, L)."""
+    p = np.asarray(predicted, dtype=bool)
+    y = np.asarray(gold, dtype=bool)
+    if p.shape != y.shape or p.ndim != 2:
+        raise ValueError(f"predictions {p.shape} and labels {y.shape} must be the same (N, L) shape")
+    tp, fp, fn = (p & y).sum(0), (p & ~y).sum(0), (~p & y).sum(0)  # (L,) each
+
+    def f1(t, f, n):
+        return np.divide(2 * t, 2 * t + f + n, out=np.zeros(np.shape(t), dtype=np.float64), where=(2 * t + f + n) > 0)
+
+    per_label = f1(tp, fp, fn)
+    return {"micro_f1": 100.0 * float(f1(tp.sum(), fp.sum(), fn.sum())),
+            "macro_f1": 100.0 * float(per_label.mean()),
+            "subset_accuracy": 100.0 * float((p == y).all(1).mean()),
+            "per_label_f1": {name: 100.0 * float(v) for name, v in zip(labels, per_label)}}

@@ -10,7 +10,8 @@
 - `ltr.py`: heads for a left-to-right model, with or without a BiLSTM (paper Table 5);
 - `registry.py`: the one table of task names -> task classes, and a saved model -> the task it
   was trained for;
-- `run.py`: `bertkit finetune` and `bertkit evaluate` as library calls (`run_job`, `evaluate_saved`).
+- `run.py`: `bertkit finetune` and `bertkit evaluate` as library calls (`run_job`, `evaluate_saved`);
+- `search_space.py`, `tune.py`: `bertkit tune`, hyper-parameter search with Optuna (`run_study`).
 """
 
 from bertkit.lazy import lazy_exports
@@ -21,6 +22,7 @@ _EXPORTS = {
     **dict.fromkeys(("GLUE_TASKS", "RUN_FILE", "TASKS", "TaskKind", "make_task", "task_for_model"),
                     "bertkit.finetune.registry"),
     **dict.fromkeys(("Batch", "HeadTask", "Prepared", "Runtime", "Task", "TaskBase"), "bertkit.finetune.task"),
+    **dict.fromkeys(("TuneJob", "run_study"), "bertkit.finetune.tune"),
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

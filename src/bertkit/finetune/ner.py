@@ -24,6 +24,7 @@ class TokenTask(HeadTask):
     prediction_suffix = ".conll"
     main_metric = "f1"
     name = "ner"
+    weighting = None  # --class-weights as given: "balanced", a JSON file, or the saved {label: weight}
 
     def __init__(self, labels: list[str] | None, tokenizer, max_seq_len: int, policy: Policy | None = None):
         self.tokenizer, self.max_seq_len, self.policy = tokenizer, max_seq_len, policy or Policy()
@@ -35,6 +36,7 @@ class TokenTask(HeadTask):
         task = cls(settings.get("labels"), tokenizer, settings.get("max_seq_len") or 128,
                    Policy.from_settings(settings))
         task.classifier_dropout = settings.get("classifier_dropout")
+        task.weighting = settings.get("class_weights")
         return task
 
     def _set_labels(self, labels: list[str]) -> None:
@@ -42,14 +44,20 @@ class TokenTask(HeadTask):
         self.label2id = {name: i for i, name in enumerate(labels)}
 
     def fit_labels(self, sentences) -> None:
+        from collections import Counter
+
         from bertkit.data.ner import tag_list
+        from bertkit.finetune.task import class_weights
 
         if not self.labels:
             self._set_labels(tag_list(sentences))
+        # --class-weights: "balanced" counts the tags of the words (each word's first piece is labelled)
+        self.class_weights = class_weights(self.weighting, self.labels, Counter(t for s in sentences for t in s.tags))
 
     def settings(self) -> dict:
         policy = {k: v for k, v in self.policy.settings().items() if k != "aggregate"}  # tags are per token
-        return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **policy}
+        return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **policy,
+                **self.class_weight_settings()}
 
     def read(self, path):
         from bertkit.data.ner import read_conll

@@ -38,14 +38,17 @@ class TaskKind:
 
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli")
-# classify / regress also read --text-columns, --label-column; both kinds read long inputs in windows
-_SEQUENCE = TaskKind("bertkit.finetune.sequence:SequenceTask", ("long_inputs", "window_stride", "aggregate"))
+# classify / regress (and multilabel) also read --text-columns, --label-column; all read long inputs in windows
+_LONG = ("long_inputs", "window_stride", "aggregate")
+_SEQUENCE = TaskKind("bertkit.finetune.sequence:SequenceTask", (*_LONG, "class_weights"))
 TASKS: dict[str, TaskKind] = {
     **dict.fromkeys(GLUE_TASKS, _SEQUENCE),
     "classify": _SEQUENCE,
     "regress": _SEQUENCE,
+    "multilabel": TaskKind("bertkit.finetune.multilabel:MultiLabelTask",
+                           (*_LONG, "label_separator", "threshold", "pos_weight")),
     "squad": TaskKind("bertkit.finetune.squad:QATask"),
-    "ner": TaskKind("bertkit.finetune.ner:TokenTask", ("long_inputs", "window_stride"),
+    "ner": TaskKind("bertkit.finetune.ner:TokenTask", ("long_inputs", "window_stride", "class_weights"),
                     feature_based="bertkit.finetune.feature_ner:FeatureTaggerTask"),
     "embedding": TaskKind("bertkit.finetune.embedding:EmbeddingTask",
                           ("pooling", "normalize", "loss", "temperature", "symmetric", "grad_cache", "matryoshka_dims"),

@@ -1,9 +1,10 @@
 """`bertkit finetune` as one library call: files in, a fine-tuned model and its results out.
 
 `FinetuneJob` is everything the command is asked; `run_job` reads and encodes the data, builds
-the task and runs the fine-tuning loop, and returns results.json's content. The demo, the
-ablation runner and the benchmarks call it directly; `bench/hf_finetune.py` passes transformers'
-model as `new_model` to train it with the same recipe.
+the task (`prepare_job`, once: `bertkit tune` trains many times on what it returns) and runs the
+fine-tuning loop, and returns results.json's content. The demo, the ablation runner and the
+benchmarks call it directly; `bench/hf_finetune.py` passes transformers' model as `new_model` to
+train it with the same recipe.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.finetune.loop import Hyper, finetune
 from bertkit.finetune.registry import make_task
-from bertkit.finetune.task import Runtime, Task
+from bertkit.finetune.task import Prepared, Runtime, Task
 
 
 @dataclass
@@ -40,6 +41,7 @@ class FinetuneJob:
     precision: str = "fp32"
     eval_batch_size: int = 64
     progress: bool = True
+    report_to: str = "none"  # live curves: bertkit.tracking.REPORT_TO (OUT/tensorboard/seedN)
 
 
 def _examples(task: Task, job: FinetuneJob) -> tuple[list, list]:
@@ -56,8 +58,23 @@ def _examples(task: Task, job: FinetuneJob) -> tuple[list, list]:
     return train, dev
 
 
-def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = None) -> dict:
-    """Fine-tune as `job` says; results.json's content. `args` (the command line) is recorded."""
+@dataclass
+class JobData:
+    """What a job's data became, ready for any number of trainings (`bertkit tune` runs many)."""
+
+    task: Task
+    model_dir: Path
+    tokenizer: object  # bertkit.tokenizer.Tokenizer
+    rt: Runtime
+    train: Prepared
+    dev: Prepared
+    run_info: dict  # model, train, dev, args (and long_inputs_report): what results.json records
+    encode_s: float  # seconds spent reading and encoding
+
+
+def prepare_job(job: FinetuneJob, log=print, args: dict | None = None, command: str = "finetune") -> JobData:
+    """Read, check and encode the job's data once; the first log line (`bertkit COMMAND: ...`) says what
+    was read."""
     from bertkit.devices import resolve_device
     from bertkit.hf import load_config
     from bertkit.tokenizer import Tokenizer
@@ -71,29 +88,42 @@ def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = Non
     t0 = time.time()
     train_examples, dev_examples = _examples(task, job)
     task.fit_labels(train_examples)
-    log(f"bertkit finetune: {job.task} on {len(train_examples)} training / {len(dev_examples)} dev examples; "
+    log(f"bertkit {command}: {job.task} on {len(train_examples)} training / {len(dev_examples)} dev examples; "
         f"model {model_dir} ({config.num_hidden_layers} layers, hidden {config.hidden_size}); "
         f"device {rt.device}, {job.precision}")
     train = task.prepare(train_examples, train=True)
     dev = task.prepare(dev_examples)
-    hp = job.hyper
-    steps = -(-len(train.features) // hp.batch_size) * hp.epochs
-    log(f"  encoded in {time.time() - t0:.1f}s: {len(train.features)} training features, "
-        f"{steps} steps per seed x {len(hp.seeds)} seed(s), lr {hp.lr:g}, batch {hp.batch_size}")
     run_info = {"model": str(model_dir), "train": job.train, "dev": job.dev,
                 "args": args if args is not None else _job_dict(job)}
     if train.long_inputs is not None and dev.long_inputs is not None:
         run_info["long_inputs_report"] = {**task.policy.settings(), "train": train.long_inputs.as_dict(),
                                           "dev": dev.long_inputs.as_dict()}
+    return JobData(task, model_dir, tokenizer, rt, train, dev, run_info, time.time() - t0)
+
+
+def input_notes(data: JobData, log=print) -> None:
+    """A note for inputs longer than the model reads: windowed or cut, training and dev."""
+    train, dev = data.train, data.dev
+    if "long_inputs_report" in data.run_info:
         how = {"training": "each window trained with its document's label", "dev": "predicted from all its windows"}
-        for name, data in (("training", train), ("dev", dev)):
-            if line := data.long_inputs.note(how[name]):
+        for name, prepared in (("training", train), ("dev", dev)):
+            if line := prepared.long_inputs.note(how[name]):
                 log(f"  note: {name}: {line}")
     elif train.cut or dev.cut:
-        log(f"  note: {train.cut} training and {dev.cut} dev inputs were longer than {task.max_seq_len} tokens "
+        log(f"  note: {train.cut} training and {dev.cut} dev inputs were longer than {data.task.max_seq_len} tokens "
             f"and were cut to them")
-    return finetune(task, model_dir, train, dev, hp, rt, Path(job.out), tokenizer, run_info,
-                    log=lambda line: log("  " + line), new_model=new_model)
+
+
+def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = None) -> dict:
+    """Fine-tune as `job` says; results.json's content. `args` (the command line) is recorded."""
+    data = prepare_job(job, log, args)
+    hp = job.hyper
+    steps = -(-len(data.train.features) // hp.batch_size) * hp.epochs
+    log(f"  encoded in {data.encode_s:.1f}s: {len(data.train.features)} training features, "
+        f"{steps} steps per seed x {len(hp.seeds)} seed(s), lr {hp.lr:g}, batch {hp.batch_size}")
+    input_notes(data, log)
+    return finetune(data.task, data.model_dir, data.train, data.dev, hp, data.rt, Path(job.out), data.tokenizer,
+                    data.run_info, log=lambda line: log("  " + line), new_model=new_model, report_to=job.report_to)
 
 
 def job_settings(job: FinetuneJob) -> dict:

@@ -23,6 +23,7 @@ class SequenceTask(HeadTask):
 
     head = BertForSequenceClassification
     prediction_suffix = ".tsv"
+    weighting = None  # --class-weights as given: "balanced", a JSON file, or the saved {label: weight}
 
     def __init__(self, spec, reader, tokenizer, max_seq_len: int, options: dict | None = None):
         """`spec` is a bertkit.data.glue.TaskSpec; a classification spec without labels (your
@@ -47,6 +48,9 @@ class SequenceTask(HeadTask):
             task = cls(glue_task(name), lambda path: read_glue(name, path), tokenizer, seq_len)
         task.classifier_dropout = settings.get("classifier_dropout")
         task.policy = Policy.from_settings(settings)
+        task.weighting = settings.get("class_weights")
+        if task.weighting is not None and task.regression:
+            raise UserError(f"--class-weights applies to classification, not the regression task {name}")
         return task
 
     @classmethod
@@ -69,7 +73,10 @@ class SequenceTask(HeadTask):
         self.label2id = {name: i for i, name in enumerate(labels)}
 
     def fit_labels(self, train_examples) -> None:
+        from collections import Counter
+
         from bertkit.data.glue import custom_spec, label_list
+        from bertkit.finetune.task import class_weights
 
         if not self.regression and not self.labels:
             labels = label_list(train_examples)
@@ -77,6 +84,9 @@ class SequenceTask(HeadTask):
                 raise UserError(f"training set has {len(labels)} distinct label(s); need at least 2")
             self.spec = custom_spec(self.spec.name, "classification", labels)
             self._set_labels(labels)
+        if not self.regression:
+            counts = Counter(str(e.label) for e in train_examples)
+            self.class_weights = class_weights(self.weighting, self.labels, counts)
 
     def read(self, path):
         return self.reader(path)
@@ -87,7 +97,7 @@ class SequenceTask(HeadTask):
 
     def settings(self) -> dict:
         return {"task": self.name, "max_seq_len": self.max_seq_len, "labels": self.labels, **self.options,
-                **self.policy.settings()}
+                **self.policy.settings(), **self.class_weight_settings()}
 
     def _target(self, example):
         if self.regression:
@@ -134,7 +144,12 @@ class SequenceTask(HeadTask):
         return [plan.row(r) for r in range(len(plan))], plan.owner, plan.report("windows")
 
     def predict(self, model, data: Prepared, rt: Runtime) -> list:
-        """One prediction per example: its rows' logits aggregated (one row: its own)."""
+        """One prediction per example: the label of its largest logit, or the regression value."""
+        return [float(values[0]) if self.regression else self.labels[int(values.argmax())]
+                for values in self.example_logits(model, data, rt)]
+
+    def example_logits(self, model, data: Prepared, rt: Runtime) -> list:
+        """Each example's logits (L,): its rows' logits aggregated (one row: its own)."""
         import numpy as np
 
         logits: list = [None] * len(data.features)
@@ -143,11 +158,8 @@ class SequenceTask(HeadTask):
                 logits[i] = row
         owner = data.decoding
         bounds = np.searchsorted(owner, np.arange(len(data.examples) + 1))  # rows of an example are adjacent
-        out = []
-        for i in range(len(data.examples)):
-            values = aggregate(np.stack(logits[bounds[i]:bounds[i + 1]]), self.policy.aggregate)
-            out.append(float(values[0]) if self.regression else self.labels[int(values.argmax())])
-        return out
+        return [aggregate(np.stack(logits[bounds[i]:bounds[i + 1]]), self.policy.aggregate)
+                for i in range(len(data.examples))]
 
     def score(self, data: Prepared, predictions: list) -> dict:
         from bertkit.eval.metrics import task_metrics

@@ -108,6 +108,12 @@ class Task(Protocol):
     def loss(self, model: nn.Module, batch: Batch) -> Tensor: ...
     def predict(self, model: nn.Module, data: Prepared, rt: Runtime): ...
     def score(self, data: Prepared, predictions) -> dict: ...
+
+    def adopt(self, dev_metrics: dict) -> None:
+        """Fix what the saved model's dev evaluation chose, before its settings are saved (a
+        multi-label task's tuned decision threshold)."""
+        ...
+
     def write_predictions(self, path: Path, data: Prepared, predictions) -> None: ...
     def settings(self) -> dict: ...
 
@@ -132,6 +138,9 @@ class TaskBase:
     def batches(self, train: Prepared, batch_size: int, g: torch.Generator) -> list[list[int]] | None:
         """None: the loop's own `epoch_batches` (a task overrides this to keep a rule of its own)."""
         return None
+
+    def adopt(self, dev_metrics: dict) -> None:
+        """Nothing to fix: a task's saved settings do not depend on its dev evaluation."""
 
 
 @torch.no_grad()
@@ -208,6 +217,7 @@ class HeadTask(TaskBase):
     classifier_dropout: float | None = None  # from the settings (--classifier-dropout); None: the config's
     regression: bool = False  # one real-valued output (predictions are numbers, not labels)
     sparse_outputs: bool = False  # the head gives logits at the labelled positions only (MLM)
+    class_weights: list[float] | None = None  # per label id: weighted cross-entropy (--class-weights); None: plain
 
     def config_changes(self) -> dict:
         """What a new model's config changes from the checkpoint's: labels, head dropout."""
@@ -239,9 +249,57 @@ class HeadTask(TaskBase):
         return Batch(tensors, targets)
 
     def loss(self, model, batch: Batch) -> Tensor:
-        return model(**batch.inputs, **batch.targets).loss
+        if self.class_weights is None:
+            return model(**batch.inputs, **batch.targets).loss
+        return weighted_cross_entropy(model(**batch.inputs).logits, batch.targets["labels"], self.class_weights)
+
+    def class_weight_settings(self) -> dict:
+        """{"class_weights": {label: weight}} when the loss is weighted, for finetune.json and results."""
+        if self.class_weights is None:
+            return {}
+        return {"class_weights": dict(zip(self.labels, self.class_weights))}
 
     def agreement(self, predictions, reference) -> float:
         """x100: how far two models' predictions on the same data agree (distillation's
         teacher_agreement): the share of equal ones, or for regression their Pearson correlation."""
         return agreement(predictions, reference, self.regression)
+
+
+def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: list[float]) -> Tensor:
+    """Cross-entropy with a weight per class, as torch's (and transformers' users') `CrossEntropyLoss(
+    weight=w)`: sum_i w[y_i] * -log p_i(y_i) / sum_i w[y_i] over the labelled rows (or tokens)."""
+    from bertkit.config import IGNORE_INDEX
+
+    w = torch.tensor(weights, dtype=torch.float32, device=logits.device)
+    return nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), weight=w,
+                                       ignore_index=IGNORE_INDEX)
+
+
+def class_weights(setting, labels: list[str], counts: dict[str, int]) -> list[float] | None:
+    """Each label's loss weight, in id order, from --class-weights: "balanced" (scikit-learn's
+    n_samples / (n_classes * count); a class training never shows weighs as if seen once), a JSON
+    file (or its dict) of {label: weight} naming every label, or None (unweighted)."""
+    import math
+
+    from bertkit.io import read_json
+
+    if setting is None:
+        return None
+    if setting == "balanced":
+        n = sum(counts.get(label, 0) for label in labels)
+        return [n / (len(labels) * max(counts.get(label, 0), 1)) for label in labels]
+    where = None if isinstance(setting, dict) else setting
+    table = setting if isinstance(setting, dict) else read_json(setting, "class weights")
+    if not isinstance(table, dict):
+        raise UserError('class weights must be a JSON object {"label": weight, ...}', where)
+    unknown = [k for k in table if k not in labels]
+    missing = [label for label in labels if label not in table]
+    if unknown or missing:
+        raise UserError(f"class weights must name each label ({', '.join(labels)}): "
+                        + (f"unknown {', '.join(map(repr, unknown))}" if unknown else f"missing {', '.join(missing)}"),
+                        where)
+    bad = [k for k, v in table.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+           or not math.isfinite(v) or v <= 0]
+    if bad:
+        raise UserError(f"class weight of {bad[0]!r} must be a positive number, not {table[bad[0]]!r}", where)
+    return [float(table[label]) for label in labels]

@@ -102,16 +102,18 @@ def generator_of(model):
     return model.generator.config if isinstance(model, ElectraPretraining) else None
 
 
-def save_final(model, cfg: TrainConfig, tokenizer) -> str:
-    """The final model folder(s), each written atomically; what the last line names."""
+def save_final(model, cfg: TrainConfig, tokenizer, records: list[dict]) -> str:
+    """The final model folder(s), each written atomically with its model card (from the run's
+    metrics.jsonl `records`); what the last line names."""
+    from bertkit.model_card import pretrain_card, render
+
     out = Path(cfg.out)
     if generator_of(model) is None:
-        write_model_copy(model, out / "model", tokenizer)
+        write_model_copy(model, out / "model", tokenizer, render(pretrain_card(cfg, records)))
         return f"model in {out / 'model'}"
     from bertkit.electra import with_pooler
 
     bert = with_pooler(model.discriminator.encoder, derived_seed(cfg.seed, _POOLER_SEED))
-    write_model_copy(bert, out / "model", tokenizer)
-    write_model_copy(model.discriminator, out / "discriminator", tokenizer)
-    write_model_copy(model.generator, out / "generator", tokenizer)
+    for name, part in (("model", bert), ("discriminator", model.discriminator), ("generator", model.generator)):
+        write_model_copy(part, out / name, tokenizer, render(pretrain_card(cfg, records, name)))
     return f"model in {out / 'model'}, ELECTRA's discriminator and generator beside it"

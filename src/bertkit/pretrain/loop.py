@@ -159,7 +159,7 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
     start = checkpoint.step if checkpoint is not None else 0
     if d.is_main and cfg.overwrite:
         clear_run_dir(cfg)  # only now: every check passed and the model was built
-    log = RunLog(cfg.out, d.is_main, resumed_step=start if checkpoint is not None else None)
+    log = RunLog(cfg.out, d.is_main, resumed_step=start if checkpoint is not None else None, report_to=cfg.report_to)
     if d.is_main:
         remove_partial(cfg.out)
         write_json(Path(cfg.out) / "config.json", run_record(
@@ -175,7 +175,10 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
                          d.world_size, device), flush=True)
     state = checkpoint.state if checkpoint is not None else {"position": 0, "elapsed": 0.0}
     loop = _Loop(cfg, d, device, _Parts(model, optimizer, objective, train, val, tokenizer, log))
-    return loop.run(start, DataStream(len(train), cfg.seed, int(state["position"])), float(state["elapsed"]))
+    try:
+        return loop.run(start, DataStream(len(train), cfg.seed, int(state["position"])), float(state["elapsed"]))
+    finally:
+        log.close()
 
 
 @dataclass
@@ -300,7 +303,8 @@ class _Loop:
                       f"(exit status {stopped_by.exit_code})", flush=True)
             return stopped_by.exit_code
         if self.d.is_main:
-            print(f"done: {step} steps; {save_final(self.model, self.cfg, self.tokenizer)}", flush=True)
+            saved = save_final(self.model, self.cfg, self.tokenizer, self.log.records)
+            print(f"done: {step} steps; {saved}", flush=True)
         return 0
 
     def accumulate(self, step: int, stream: DataStream) -> torch.Tensor:

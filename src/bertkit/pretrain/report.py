@@ -16,15 +16,21 @@ import torch
 from bertkit.flops import peak_flops, step_flops
 from bertkit.io import write_text
 from bertkit.plots import write_plots
+from bertkit.tracking import FOLDER, open_tracker, tagged
+
+_NOT_CURVES = ("step", "kind", "elapsed", "eta_s")  # the axis, the prefix, and clocks TensorBoard keeps itself
 
 
 class RunLog:
-    """metrics.jsonl and the plots drawn from it."""
+    """metrics.jsonl, the plots drawn from it, and the same records as live curves (--report-to:
+    RUN/tensorboard, each record's numbers tagged "train/..." or "val/...")."""
 
-    def __init__(self, out: str | Path, is_main: bool, resumed_step: int | None):
+    def __init__(self, out: str | Path, is_main: bool, resumed_step: int | None, report_to: str = "none"):
         self.path = Path(out) / "metrics.jsonl"
         self.out, self.is_main, self.resumed_step = Path(out), is_main, resumed_step
         self.records: list[dict] = []
+        self.tracker = open_tracker(report_to, self.out / FOLDER, is_main,
+                                    purge_step=resumed_step + 1 if resumed_step is not None else None)
         if not is_main:
             return
         self.out.mkdir(parents=True, exist_ok=True)
@@ -38,6 +44,10 @@ class RunLog:
         self.records.append(record)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        self.tracker.scalars(record["step"], tagged(record["kind"], record, skip=_NOT_CURVES))
+
+    def close(self) -> None:
+        self.tracker.close()
 
     def plots(self) -> None:
         if self.is_main:

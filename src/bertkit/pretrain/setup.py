@@ -16,12 +16,14 @@ This module imports no torch: the CLI takes its flags' choices from here.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.pretrain.recipes import RECIPES, fill
+from bertkit.tracking import REPORT_TO
 
 # MLM + NSP (BERT), MLM only, left-to-right, replaced-token detection (ELECTRA) (bertkit.pretrain.objective)
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "electra")
@@ -87,6 +89,7 @@ class TrainOptions:
     config_overrides: dict = _option(RESOLVED, flag="--config-json", default_factory=dict)  # noqa: RUF009
     overwrite: bool = _option(INVOCATION, False)  # start again in a RUN_DIR that holds a previous run, deleting it
     init_from: str | None = _option(FIXED, None)  # continued pretraining: this HF BERT directory's weights
+    report_to: str = _option(CHANGEABLE, "none")  # live curves: one of bertkit.tracking.REPORT_TO (RUN/tensorboard)
 
 
 class TrainConfig(TrainOptions):
@@ -179,7 +182,7 @@ def _check(cfg: TrainConfig) -> None:
 
 def _check_ranges(cfg: TrainConfig) -> None:
     """Each option on its own: one of its names, or in its range."""
-    for name, names in (("objective", OBJECTIVES), ("init", INITS)):
+    for name, names in (("objective", OBJECTIVES), ("init", INITS), ("report_to", REPORT_TO)):
         if getattr(cfg, name) not in names:
             raise OptionError("{} must be one of {names}, not {value!r}", name, names=", ".join(names),
                               value=getattr(cfg, name))
@@ -201,6 +204,17 @@ def _check_ranges(cfg: TrainConfig) -> None:
             raise OptionError("{} must be at least 0, not {value}", name, value=getattr(cfg, name))
 
 
+def command_line(cfg: TrainConfig) -> list[str]:
+    """`bertkit pretrain` with every option `cfg` resolved to as a flag (a new run's: no --resume)."""
+    words = ["bertkit", "pretrain"]
+    for f in dataclasses.fields(TrainOptions):
+        value = getattr(cfg, f.name)
+        if f.metadata["resume"] != INVOCATION and value is not None and value is not False and value != {}:
+            text = json.dumps(value) if isinstance(value, dict) else str(value)
+            words += [_flag(f.name)] if value is True else [_flag(f.name), text]
+    return words
+
+
 def resume_rules(cls: type = TrainOptions) -> dict[str, str]:
     """Each field's resume rule (RESUME_RULES); a TypeError naming a field that declares none, so
     a new option cannot slip through `--resume` unchecked."""
@@ -215,7 +229,7 @@ def resume_rules(cls: type = TrainOptions) -> dict[str, str]:
 # Manifest entries that say when and from where data was made, not what it holds.
 _DATA_IGNORED = ("args", "created", "bertkit_version")
 # what a previous run left (an ELECTRA run also its discriminator and generator)
-RUN_MARKERS = ("config.json", "checkpoints", "metrics.jsonl", "model", "discriminator", "generator")
+RUN_MARKERS = ("config.json", "checkpoints", "metrics.jsonl", "model", "discriminator", "generator", "tensorboard")
 
 
 def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:

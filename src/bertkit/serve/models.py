@@ -55,6 +55,7 @@ class ModelSpec:
     int8: bool = False  # int8 inference: an ONNX export's int8 graph, or torch's int8 linear layers (CPU)
     precision: str = "fp32"  # "bf16": the torch backend runs under bf16 autocast (`devices.autocast`)
     policy: Policy = field(default_factory=Policy)  # windows' stride and aggregation, as fine-tuned (finetune.json)
+    threshold: float | None = None  # a multi-label classifier's decision threshold on each sigmoid; None: single-label
 
     @property
     def routes(self) -> tuple[str, ...]:
@@ -71,7 +72,7 @@ class ModelSpec:
         return {"name": self.name, "path": str(self.path), "kind": self.kind, "routes": list(self.routes),
                 "max_input_length": self.max_length, "pooling": self.pooling, "labels": self.labels,
                 "precision": self.precision, "int8": self.int8, "window_stride": self.policy.stride,
-                "aggregate": self.policy.aggregate,
+                "aggregate": self.policy.aggregate, "threshold": self.threshold,
                 "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers}
 
 
@@ -140,7 +141,8 @@ def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec
     pooling = meta.get("pooling") or model_pooling(path)[0]
     saved = saved_settings(path)
     return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved),
-                     pooling, labels, embeds=kind == "encoder", int8=int8, policy=Policy.from_settings(saved))
+                     pooling, labels, embeds=kind == "encoder", int8=int8, policy=Policy.from_settings(saved),
+                     threshold=_threshold(config, kind, saved))
 
 
 def _labels(config, kind: str) -> list[str]:
@@ -171,7 +173,16 @@ def _describe_weights(name: str, path: Path, int8: bool = False) -> ModelSpec:
                         "tokenizer and weights do not belong together", path)
     pooling = model_pooling(path)[0]
     return ModelSpec(name, path, kind, config, tokenizer, _max_length(path, config, kind, saved), pooling,
-                     _labels(config, kind), int8=int8, policy=Policy.from_settings(saved))
+                     _labels(config, kind), int8=int8, policy=Policy.from_settings(saved),
+                     threshold=_threshold(config, kind, saved))
+
+
+def _threshold(config, kind: str, saved: dict) -> float | None:
+    """A multi-label classifier's threshold: the one finetune.json saved, else 0.5 (a directory
+    transformers wrote with problem_type multi_label_classification); None for other models."""
+    if kind != "classifier" or config.problem_type != "multi_label_classification":
+        return None
+    return float(saved.get("threshold") or 0.5)
 
 
 def parse_entry(text: str) -> tuple[str, str]:

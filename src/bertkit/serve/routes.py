@@ -199,7 +199,8 @@ def _predict_inputs(value, limits: Limits) -> tuple[list[list[str]], bool]:
 
 def predict(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """TEI: {"inputs", "raw_scores", "truncate"} -> [{"label", "score"}] for each input, most
-    likely first (softmax over the labels); a one-output model (regression) gives its raw value.
+    likely first (softmax over the labels); a one-output model (regression) gives its raw value;
+    a multi-label model every label whose sigmoid is at least its threshold (maybe none), with it.
     A long input read in windows: the windows' logits averaged, or their maximum ("aggregate";
     default as the model was fine-tuned)."""
     inputs, single = _predict_inputs(body.get("inputs"), limits)
@@ -221,12 +222,23 @@ def predict(spec: ModelSpec, body: dict, limits: Limits) -> Work:
             if spec.regression:
                 results.append([{"label": spec.labels[0], "score": float(logits[0])}])
                 continue
+            if spec.threshold is not None:
+                results.append(_label_set(spec, logits, raw))
+                continue
             scores = logits if raw else _softmax(logits)
             order = np.argsort(-scores, kind="stable")
             results.append([{"label": spec.labels[i], "score": float(scores[i])} for i in order])
         return results[0] if single else results
 
     return Work("classify", rows, finish, headers)
+
+
+def _label_set(spec: ModelSpec, logits: np.ndarray, raw: bool) -> list[dict]:
+    """A multi-label prediction: the labels at or above the threshold, most likely first, with
+    their sigmoids (their logits with raw_scores)."""
+    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    chosen = [i for i in np.argsort(-probs, kind="stable") if probs[i] >= spec.threshold]
+    return [{"label": spec.labels[i], "score": float(logits[i] if raw else probs[i])} for i in chosen]
 
 
 def tokenize(spec: ModelSpec, body: dict, limits: Limits) -> Work:

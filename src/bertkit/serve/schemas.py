@@ -67,7 +67,7 @@ PREDICT_ONE = one_of(STR, arr(STR, 1))
 PREDICT = obj(("inputs",), inputs=one_of(STR, arr(STR, 1), arr(arr(STR, 1), 1)), raw_scores=BOOL, truncate=BOOL,
               model=STR, aggregate={"type": "string", "enum": ["mean", "max"]}, **LONG)
 PREDICTION = obj(("label", "score"), label={"type": "string"}, score=NUM)
-PREDICT_OUT = one_of(arr(PREDICTION, 1), arr(arr(PREDICTION, 1), 1))
+PREDICT_OUT = one_of(arr(PREDICTION), arr(arr(PREDICTION), 1))  # a multi-label model may give no label
 TOKENIZE = obj(("inputs",), inputs=TEXTS, add_special_tokens=BOOL, model=STR)
 TOKENIZE_OUT = arr(arr(obj(("id", "text", "special", "start", "stop"), id=INT, text={"type": "string"},
                            special=BOOL, start=NULLABLE_INT, stop=NULLABLE_INT)))

@@ -110,10 +110,12 @@ def load_optimizer(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer) -> 
     optimizer.load_state_dict(_unflatten_optimizer(tensors, checkpoint.state["optimizer_groups"]))
 
 
-def write_model_copy(source_model, dest: str | Path, tokenizer=None) -> None:
-    """The final model folder, written atomically like a checkpoint."""
+def write_model_copy(source_model, dest: str | Path, tokenizer=None, readme: str | None = None) -> None:
+    """The final model folder, written atomically like a checkpoint; `readme`: its model card's text."""
     with atomic_dir(dest) as tmp:
         source_model.save_pretrained(tmp, tokenizer=tokenizer)
+        if readme is not None:
+            (tmp / "README.md").write_text(readme, encoding="utf-8")
 
 
 __all__ = ["Checkpoint", "checkpoint_dir", "latest_checkpoint", "list_checkpoints",

@@ -1,0 +1,291 @@
+"""`bertkit tune`: hyper-parameter search for fine-tuning, with Optuna.
+
+The data is read and encoded once (`finetune.run.prepare_job`); each trial draws lr, epochs, batch
+size, warm-up and weight decay from the search space (`finetune.search_space`, TPE, seeded) and
+trains one seed in this process with the fine-tuning loop itself (`finetune.loop.train_seed`,
+started by `seed_model` exactly as `bertkit finetune` starts a seed), keeping its best evaluation
+by the chosen metric. A trial's score is that best checkpoint's dev metric, never its last
+epoch's (transformers' `hyperparameter_search` scores the last; its issues #25247 and #16683).
+Every evaluation is reported to the trial at its epoch in hundredths, so trials of different
+batch sizes are compared at the same point of training, and Optuna's median rule stops a trial
+whose dev metric is below the median of the finished trials' at that point (pruned).
+
+The study lives in OUT/study.db (SQLite) under one name, so rerunning the command continues it
+up to --trials finished trials (complete or pruned). One process works on a study at a time (a
+lock in OUT says so); a trial left running by a killed process is marked failed when the next
+run starts, and failed trials do not count. Nothing is saved per trial but its record: after
+each trial OUT/trials.json, OUT/best.json (with the `bertkit finetune` command that trains the
+best trial's model again) and OUT/trials.png are rewritten, each atomically.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bertkit.errors import UserError
+from bertkit.finetune.best import lower_is_better
+from bertkit.finetune.loop import seed_model, train_seed
+from bertkit.finetune.run import FinetuneJob, JobData, input_notes, prepare_job
+from bertkit.finetune.search_space import Space, flag_name
+from bertkit.io import write_json
+
+STUDY_NAME = "bertkit-tune"
+STUDY_FILE = "study.db"
+OUTPUTS = (STUDY_FILE, "trials.json", "best.json", "trials.png")
+LOCK_FILE = ".tune.lock"
+RANDOM_TRIALS = 5  # TPE draws at random until this many trials have finished
+
+
+@dataclass
+class TuneJob:
+    job: FinetuneJob  # the data, model and task; a trial replaces its hyper's searched fields and seeds
+    space: Space
+    trials: int  # finished trials (complete or pruned) the study should hold
+    timeout: float | None = None  # no new trial starts after this many seconds
+    metric: str | None = None  # the dev metric a trial is scored by (its best evaluation's); None: the task's main
+    seed: int = 1  # every trial's training seed; the sampler's is this plus the trials already in the study
+    prune_startup: int = 3  # no trial is pruned before this many have completed
+    prune_warmup: float = 0.0  # nor before this epoch
+    overwrite: bool = False  # start a new study instead of continuing OUT's
+    settings: dict = field(default_factory=dict)  # what a continued study must have been made with
+    finetune_args: dict | None = None  # `bertkit finetune`'s flags (a namespace dict), for the best command
+
+
+def _optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise UserError("bertkit tune needs Optuna: pip install 'bertkit[tune]' (or pip install optuna)") from None
+    # Our own status line per trial; no "trial failed" warning with a traceback for a Ctrl-C.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return optuna
+
+
+def run_study(tj: TuneJob, log=print) -> dict:
+    """Run (or continue) the study in tj.job.out until it holds tj.trials finished trials; the
+    content of best.json ({} before any trial completes)."""
+    optuna = _optuna()
+    out = Path(tj.job.out)
+    if (out / STUDY_FILE).exists() and not tj.overwrite:
+        _check_settings(_load(optuna, out), tj, out)  # before the data is read: a mistake costs nothing
+    data = prepare_job(tj.job, log, command="tune")
+    log(f"  encoded in {data.encode_s:.1f}s: {len(data.train.features)} training features")
+    input_notes(data, log)
+    metric = tj.metric or data.task.main_metric
+    log(f"  {tj.space.describe()}; each trial scored by its best dev {metric} (seed {tj.seed})")
+    _check_metric(data, metric, log)
+    out.mkdir(parents=True, exist_ok=True)
+    with _lock(out):
+        if tj.overwrite:
+            for name in OUTPUTS:
+                (out / name).unlink(missing_ok=True)
+        study = _open_study(optuna, out, tj, metric)
+        done = len(_finished(study))
+        if done >= tj.trials:
+            log(f"the study holds {done} finished trials already (--trials {tj.trials}); raise --trials for more")
+        report = _Report(tj, out, metric, data, log)
+        try:
+            if done < tj.trials:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # Optuna's experimental and duplicate-report notes
+                    study.optimize(_objective(optuna, tj, data, metric), n_trials=tj.trials - done,
+                                   timeout=tj.timeout, callbacks=[report.after_trial])
+        finally:
+            best = report.write(study)
+    return best
+
+
+def _check_metric(data: JobData, metric: str, log) -> None:
+    """One dev evaluation of the starting model: the metric must be one an evaluation reports
+    (a UserError before anything is written), and its value is the reference a trial should beat."""
+    model = seed_model(data.task, data.model_dir, 0).to(data.rt.device)
+    metrics = data.task.score(data.dev, data.task.predict(model, data.dev, data.rt))
+    value = metrics.get(metric)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        names = ", ".join(k for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise UserError(f"--metric-for-best {metric}: this task's evaluations report {names}")
+    log(f"  the starting model (an untrained head): dev {metric} {value:.4g}")
+
+
+class _lock:
+    """OUT/.tune.lock held for the run: a second `bertkit tune` on the same study is refused."""
+
+    def __init__(self, out: Path):
+        self.path = out / LOCK_FILE
+
+    def __enter__(self):
+        self.file = open(self.path, "a")  # held open for the whole run
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            raise UserError("another bertkit tune is working on this study; wait for it or choose another --out",
+                            self.path.parent) from None
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()  # closing releases the lock
+
+
+def _open_study(optuna, out: Path, tj: TuneJob, metric: str):
+    """The study in OUT/study.db, new or continued; a trial a killed run left running becomes failed."""
+    from optuna.trial import TrialState
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{(out / STUDY_FILE).resolve()}")
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=tj.prune_startup, n_warmup_steps=_at(tj.prune_warmup))
+    direction = "minimize" if lower_is_better(metric) else "maximize"
+    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, direction=direction, pruner=pruner,
+                                load_if_exists=True)
+    if "settings" not in study.user_attrs:
+        study.set_user_attr("settings", _settings(tj))
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # its process is gone: we hold the lock
+    # A continued study gets a sampler seeded afresh: the same seed would repeat the first run's draws.
+    study.sampler = optuna.samplers.TPESampler(seed=tj.seed + len(study.trials), n_startup_trials=RANDOM_TRIALS)
+    return study
+
+
+def _settings(tj: TuneJob) -> dict:
+    """What a continued study must have been made with, as JSON holds it."""
+    return json.loads(json.dumps({**tj.settings, "metric": tj.metric, "seed": tj.seed}))
+
+
+def _load(optuna, out: Path):
+    """The study in OUT/study.db, which must be one `bertkit tune` made."""
+    import sqlalchemy.exc
+
+    try:
+        return optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{(out / STUDY_FILE).resolve()}")
+    except KeyError:
+        raise UserError(f"holds no study named {STUDY_NAME!r}; choose another --out", out / STUDY_FILE) from None
+    except sqlalchemy.exc.DatabaseError as e:
+        raise UserError(f"not an Optuna study database ({e.orig or e})", out / STUDY_FILE) from None
+
+
+def _check_settings(study, tj: TuneJob, out: Path) -> None:
+    made_with, settings = study.user_attrs.get("settings"), _settings(tj)
+    if made_with is not None and made_with != settings:
+        changed = sorted(k for k in made_with.keys() | settings.keys() if made_with.get(k) != settings.get(k))
+        raise UserError(f"holds a study made with other settings ({', '.join(changed)}); rerun with the same "
+                        f"flags, pass --overwrite to start a new study, or choose another --out", out / STUDY_FILE)
+
+
+def _at(epoch: float) -> int:
+    """An evaluation's position as reported to Optuna: its epoch in hundredths."""
+    return round(epoch * 100)
+
+
+def _finished(study) -> list:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+
+
+def _objective(optuna, tj: TuneJob, data: JobData, metric: str) -> Callable:
+    base = tj.job.hyper
+
+    def objective(trial) -> float:
+        params = tj.space.suggest(trial)
+        hp = replace(base, **params, seeds=(tj.seed,), metric_for_best=metric)
+
+        def report(record: dict) -> None:
+            trial.report(record[metric], _at(record["epoch"]))
+            if trial.should_prune():
+                trial.set_user_attr("pruned_at", record["epoch"])
+                raise optuna.TrialPruned()
+
+        start = time.time()
+        model = seed_model(data.task, data.model_dir, tj.seed)
+        try:
+            run, _ = train_seed(data.task, model, data.train, data.dev, hp, data.rt, tj.seed, log=lambda line: None,
+                                on_eval=report)
+        finally:
+            trial.set_user_attr("time_s", round(time.time() - start, 1))
+        trial.set_user_attr("best_step", run.best_step)
+        trial.set_user_attr("steps", run.steps)
+        return run.best_metric
+
+    return objective
+
+
+class _Report:
+    """After each trial: its status line, then trials.json, best.json and trials.png rewritten."""
+
+    def __init__(self, tj: TuneJob, out: Path, metric: str, data: JobData, log):
+        self.tj, self.out, self.metric, self.log = tj, out, metric, log
+        self.main = data.task.main_metric
+
+    def after_trial(self, study, trial) -> None:
+        from optuna.trial import TrialState
+
+        k = len(_finished(study))
+        params = "  ".join(f"{flag_name(n)} {_fmt(v)}" for n, v in trial.params.items())
+        took = f"{trial.user_attrs.get('time_s', 0):.0f}s"
+        if trial.state == TrialState.COMPLETE:
+            what = f"{self.metric} {trial.value:.4g} at step {trial.user_attrs.get('best_step')} ({took})"
+        elif trial.state == TrialState.PRUNED:
+            last = trial.intermediate_values[max(trial.intermediate_values)] if trial.intermediate_values else math.nan
+            what = f"pruned at epoch {trial.user_attrs.get('pruned_at', 0):.2f}, {self.metric} {last:.4g} ({took})"
+        else:
+            what = f"{trial.state.name.lower()} ({took})"
+        best = _best(study)
+        so_far = f"best {best.value:.4g} (trial {best.number})" if best is not None else "no trial complete yet"
+        self.log(f"trial {k}/{self.tj.trials} [{trial.number}]  {params}  -> {what};  {so_far}")
+        self.write(study)
+
+    def write(self, study) -> dict:
+        from bertkit.plots import plot_trials
+
+        trials = [_trial_record(t) for t in study.get_trials(deepcopy=False)]
+        write_json(self.out / "trials.json", {"study": STUDY_NAME, "metric": self.metric,
+                                              "direction": study.direction.name.lower(),
+                                              "settings": study.user_attrs.get("settings"), "trials": trials})
+        if trials:
+            plot_trials(trials, self.metric, self.out / "trials.png")
+        best = _best(study)
+        if best is None:
+            return {}
+        content = {"trial": best.number, "metric": self.metric, "value": best.value,
+                   "best_step": best.user_attrs.get("best_step"), "seed": self.tj.seed, "params": best.params,
+                   "command": self.command(best.params)}
+        write_json(self.out / "best.json", content)
+        return content
+
+    def command(self, params: dict) -> str | None:
+        """The `bertkit finetune` command line that trains the best trial's model again: every flag as
+        this run had it, the trial's values, its seed, and --metric-for-best so the saved model is
+        its best checkpoint; the model goes to OUT/best."""
+        if self.tj.finetune_args is None:
+            return None
+        from bertkit.model_card import command_line
+
+        args = {**self.tj.finetune_args, **self.tj.space.fixed, **params, "seeds": (self.tj.seed,),
+                "metric_for_best": self.metric, "out": str(self.out / "best"), "overwrite": False}
+        return command_line("finetune", args)
+
+
+def _best(study):
+    from optuna.trial import TrialState
+
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return None
+    return study.best_trial
+
+
+def _trial_record(t) -> dict:
+    """A trial as trials.json holds it: state, values, the dev metric at each evaluation (by epoch)."""
+    return {"number": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
+            "best_step": t.user_attrs.get("best_step"), "steps": t.user_attrs.get("steps"),
+            "pruned_at_epoch": t.user_attrs.get("pruned_at"), "time_s": t.user_attrs.get("time_s"),
+            "evaluations": {f"{at / 100:g}": v for at, v in sorted(t.intermediate_values.items())}}
+
+
+def _fmt(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
