@@ -18,7 +18,7 @@ command resumes (delete the folder to start over).
 - multilabel: each CoNLL-2003 train/dev sentence labelled with the set of entity types (PER, ORG,
   LOC, MISC) its tags name, the empty set kept. `bertkit finetune --task multilabel` against
   transformers' Trainer (`AutoModelForSequenceClassification`, problem_type
-  "multi_label_classification", BCE; this script's `trainer-multilabel`, built on
+  "multi_label_classification", BCE; bench/trainer_multilabel.py, built on
   bench/hf_trainer_finetune.py's arguments and curve), seeds 1-3, alternating which runs first.
   Both are scored by bertkit's `multilabel_metrics` at the threshold tuned on dev by
   `best_threshold` (bertkit's default, applied to Trainer's probabilities the same way) and at 0.5.
@@ -221,7 +221,7 @@ def multilabel(args) -> None:
                 runs[name].append({"seed": seed, **bertkit_set_run(res, out, dev)})
             else:
                 if not (out / "results.json").exists():
-                    run([sys.executable, __file__, "trainer-multilabel", "--model", minilm(), *flags, "--seeds",
+                    run([sys.executable, str(HERE / "trainer_multilabel.py"), "--model", minilm(), *flags, "--seeds",
                          seed, "--out", out], work / f"{out.name}.log", args.threads)
                 runs[name].append(json.loads((out / "results.json").read_text(encoding="utf-8"))["run"])
     summary = {name: {m: spread([r[m] for r in rs]) for m in
@@ -242,78 +242,6 @@ def multilabel(args) -> None:
             s["macro_f1_at_0.5"]["median"]] for n, s in summary.items()])
     print("bertkit's median against Trainer's seed spread: "
           + ", ".join(f"{m} {v}" for m, v in verdict.items()), flush=True)
-
-
-def trainer_args(argv: list[str]) -> argparse.Namespace:
-    """trainer-multilabel's flags: the data, and RECIPE's flags as bench/hf_trainer_finetune.py names them."""
-    p = argparse.ArgumentParser(prog="finetune_conventions.py trainer-multilabel")
-    for name in ("--model", "--train", "--dev", "--out"):
-        p.add_argument(name, required=True)
-    for name, kind in (("--epochs", int), ("--lr", float), ("--batch-size", int), ("--max-seq-len", int),
-                       ("--warmup", float), ("--weight-decay", float), ("--max-grad-norm", float),
-                       ("--adam-eps", float), ("--seeds", int), ("--eval-batch-size", int)):
-        p.add_argument(name, type=kind, default=64 if name == "--eval-batch-size" else None)
-    p.add_argument("--group-by-length", action="store_true")
-    p.add_argument("--device", default="cpu")
-    return p.parse_args(argv)
-
-
-def trainer_multilabel(argv: list[str]) -> int:
-    """transformers' Trainer on a multi-label table, one seed: OUT/results.json."""
-    import numpy as np
-    import torch
-    import transformers
-    from transformers import (
-        AutoModelForSequenceClassification,
-        BertTokenizerFast,
-        DataCollatorWithPadding,
-        PrinterCallback,
-        Trainer,
-    )
-
-    import hf_trainer_finetune as hft
-    from bertkit.data.glue import read_label_sets
-    from bertkit.io import write_json
-
-    args = trainer_args(argv)
-    args.eval_every, seed = None, args.seeds
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    train, dev = (read_label_sets(path, ["text"], "labels") for path in (args.train, args.dev))
-    labels = sorted({name for e in train for name in e.label})
-    tokenizer = BertTokenizerFast.from_pretrained(args.model)
-
-    def encoded(examples):
-        enc = tokenizer([e.text_a for e in examples], truncation=True, max_length=args.max_seq_len)
-        return hft.Encoded(enc, [[float(name in e.label) for name in labels] for e in examples])
-
-    def compute(prediction) -> dict:
-        probs = 1.0 / (1.0 + np.exp(-np.asarray(prediction.predictions, dtype=np.float64)))  # (N, L)
-        scores = set_scores(probs, np.asarray(prediction.label_ids) > 0.5, labels)
-        per_label = scores.pop("per_label_f1")
-        return {**scores, **{f"f1_{name}": v for name, v in per_label.items()}}
-
-    keys = ("micro_f1", "macro_f1", "subset_accuracy", "threshold", "micro_f1_at_0.5", "macro_f1_at_0.5",
-            *(f"f1_{name}" for name in labels))
-    transformers.set_seed(seed)  # before the model: the classifier's initialisation draws from it
-    model = AutoModelForSequenceClassification.from_pretrained(
-        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)),
-        label2id={n: i for i, n in enumerate(labels)}, problem_type="multi_label_classification")
-    per_epoch = math.ceil(len(train) / args.batch_size)
-    curve = hft.Curve(seed, argparse.Namespace(metrics=keys), args.epochs, per_epoch, None)
-    trainer = Trainer(model=model, args=hft.training_args(args, seed), train_dataset=encoded(train),
-                      eval_dataset=encoded(dev), data_collator=DataCollatorWithPadding(tokenizer),
-                      compute_metrics=compute, callbacks=[curve])
-    trainer.remove_callback(PrinterCallback)
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    start = time.time()
-    trainer.train()
-    final = {k: v for k, v in curve.records[-1].items() if k not in ("epoch", "train_loss")}
-    final["per_label_f1"] = {name: final.pop(f"f1_{name}") for name in labels}
-    write_json(Path(args.out) / "results.json", {
-        "pipeline": f"transformers {transformers.__version__} Trainer", "labels": labels, "epochs": curve.records,
-        "run": {"seed": seed, **final, "steps": trainer.state.global_step, "time_s": round(time.time() - start, 1)}})
-    return 0
 
 
 # ---- class weights: SST-2 with a tenth as many negatives as positives ----
@@ -491,8 +419,6 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["trainer-multilabel"]:
-        return trainer_multilabel(argv[1:])
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     {"multilabel": multilabel, "class-weights": class_weights, "early-stopping": early_stopping,
