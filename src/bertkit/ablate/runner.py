@@ -90,20 +90,20 @@ def _start_folder(job: AblationJob) -> None:
         check_folder(job)
 
 
+# The modes that check before a full run: the file each writes, what it computes, how it prints.
+CHECKS = {"tune-lr": ("lr-tuning.json", tune_result, render_tune),
+          "check-tasks": ("task-check.json", task_check, render_check)}
+
+
 def report_now(job: AblationJob, plan: Plan, ctx: Context, meta: dict, log=print) -> dict:
     """What the job's mode writes from the cells done so far: the report, lr-tuning.json or task-check.json."""
     records = read_done(ctx, plan)
     out = Path(job.out)
-    if job.mode == "tune-lr":
-        result = {**meta, **tune_result(plan, records)}
-        write_json(out / "lr-tuning.json", result)
-        for line in render_tune(result):
-            log(line)
-        return result
-    if job.mode == "check-tasks":
-        result = {**meta, **task_check(plan, records)}
-        write_json(out / "task-check.json", result)
-        for line in render_check(result):
+    if job.mode in CHECKS:
+        name, compute, render = CHECKS[job.mode]
+        result = {**meta, **compute(plan, records)}
+        write_json(out / name, result)
+        for line in render(result):
             log(line)
         return result
     report = build_report(plan, records, meta)
