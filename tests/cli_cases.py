@@ -7,7 +7,6 @@ fixture; `files` is what the case's folder held before the command ran.
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass, field
 
@@ -24,13 +23,6 @@ class Case:
     @property
     def command(self) -> str:
         return self.argv.split()[0]
-
-
-class Evil:
-    """Unpickling this runs `touch PWNED` in the case's folder, which the snapshot would show."""
-
-    def __reduce__(self):
-        return (os.system, ("touch PWNED",))
 
 
 BINARY = random.Random(0).randbytes(200_000)

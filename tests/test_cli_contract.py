@@ -31,13 +31,18 @@ import pytest
 
 from bertkit.cli import COMMANDS, main
 from bertkit.cli.args import Parser
-from cli_cases import CASES, Case, Evil
+from cli_cases import CASES, Case
 from finetune_helpers import write_conll, write_squad, write_sst2
 from pretrain_helpers import tiny_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class _Evil:
+    """Unpickling this runs `touch PWNED` in the case's folder, which the snapshot would show."""
+
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
 
 
 def _case_id(case: Case) -> str:
@@ -59,7 +64,7 @@ def fixtures(tiny_dir, pretraining_data, tmp_path_factory, progress) -> dict[str
     evil = root / "evil"
     shutil.copytree(tiny_dir, evil)
     (evil / "model.safetensors").unlink()
-    (evil / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    (evil / "pytorch_model.bin").write_bytes(pickle.dumps(_Evil()))
     data = pretraining_data / "nsp"
     run = root / "run"
     assert main(tiny_args(data, run, "--steps", "2", "--save-every", "1", "--eval-samples", "0")) == 0
