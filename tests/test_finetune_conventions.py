@@ -282,3 +282,75 @@ def test_multilabel_onnx_export_keeps_the_threshold_and_the_scores(multilabel_ru
     evaluated = evaluate(capsys, tmp_path / "onnx", "multilabel", folder / "dev.jsonl", "--backend", "onnx")
     dev = results["seeds"][0]["dev"]
     assert evaluated["threshold"] == dev["threshold"] and evaluated["micro_f1"] == pytest.approx(dev["micro_f1"])
+
+
+def test_multilabel_pos_weight_per_label_gives_the_loss_by_hand(tiny_dir, tmp_path):
+    from bertkit.data.glue import Example
+    from bertkit.errors import UserError
+    from bertkit.finetune.registry import make_task
+    from bertkit.finetune.task import Runtime
+    from bertkit.tokenizer import Tokenizer
+
+    tok, rt = Tokenizer.from_pretrained(tiny_dir), Runtime(torch.device("cpu"))
+    sets = [["city"], ["person", "city"], [], ["city"], ["good"], ["city", "good"]]  # city 4 of 6, good 2, person 1
+    examples = [Example(f"t-{i}", f"the film {i} .", None, y) for i, y in enumerate(sets)]
+    base = {"task": "multilabel", "text_columns": ["t"], "label_column": "y"}
+
+    def task_with(pos_weight):
+        task = make_task({**base, "pos_weight": pos_weight}, tok, tiny_dir, rt)
+        task.fit_labels(examples)
+        return task
+
+    balanced = task_with("balanced")
+    assert balanced.labels == ["city", "good", "person"]
+    assert balanced.pos_weights == pytest.approx([2 / 4, 4 / 2, 5 / 1])  # each label's negatives per positive
+    assert balanced.settings()["pos_weight"] == pytest.approx({"city": 0.5, "good": 2.0, "person": 5.0})
+    assert task_with(3.0).pos_weights == [3.0, 3.0, 3.0] and task_with(None).pos_weights is None
+    (tmp_path / "w.json").write_text(json.dumps({"city": 1, "good": 2.5, "person": 7}))
+    assert task_with(str(tmp_path / "w.json")).pos_weights == [1.0, 2.5, 7.0]
+    (tmp_path / "bad.json").write_text(json.dumps({"city": 1, "good": 2}))
+    with pytest.raises(UserError, match=r"positive weights must name each label .* missing person") as caught:
+        task_with(str(tmp_path / "bad.json"))
+    assert "bad.json" in str(caught.value)
+
+    torch.manual_seed(0)
+    model = balanced.new_model(tiny_dir).eval()
+    batch = balanced.collate(balanced.prepare(examples, train=True).features)
+    with torch.no_grad():
+        logits, loss = model(**batch.inputs).logits, balanced.loss(model, batch)
+    total = 0.0  # mean over (row, label) of -(w_l * y * log s(x) + (1 - y) * log(1 - s(x)))
+    for row, hot in zip(logits.tolist(), batch.targets["labels"].tolist()):
+        for x, y, w in zip(row, hot, balanced.pos_weights):
+            s = 1 / (1 + math.exp(-x))
+            total -= w * y * math.log(s) + (1 - y) * math.log(1 - s)
+    assert loss.item() == pytest.approx(total / (len(sets) * 3), abs=1e-6)
+    assert loss.item() != pytest.approx(task_with(None).loss(model, batch).item(), abs=1e-4)
+
+
+def test_evaluate_threshold_overrides_the_saved_one(multilabel_run, capsys):
+    from bertkit.eval.metrics import multilabel_metrics
+
+    folder, results = multilabel_run
+    model, dev = folder / "out" / "model", folder / "dev.jsonl"
+    out = folder / "at-0.9.tsv"
+    evaluated = evaluate(capsys, model, "multilabel", dev, "--threshold", "0.9", "--out", out)
+    assert evaluated["threshold"] == 0.9 != results["seeds"][0]["dev"]["threshold"]
+    rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
+    labels = ["bad", "city", "good", "person"]
+    assert all(set(filter(None, r[1].split("|"))) == {n for n, p in zip(labels, map(float, r[2:])) if p >= 0.9}
+               for r in rows if all(abs(float(p) - 0.9) > 1e-4 for p in r[2:]))
+    probs = np.array([[float(p) for p in r[2:]] for r in rows])
+    gold = np.array([[n in json.loads(line)["tags"] for n in labels] for line in dev.read_text().splitlines()])
+    want = multilabel_metrics(probs >= 0.9, gold, labels)
+    assert evaluated["micro_f1"] == pytest.approx(want["micro_f1"], abs=1e-6)
+
+
+def test_pos_weight_balanced_from_the_command_line_is_recorded_per_label(tiny_dir, tmp_path):
+    train, dev = _write_multilabel(tmp_path, n_train=24, n_dev=8)
+    results = finetune(tiny_dir, tmp_path / "out", "multilabel", train, dev, "--text-columns", "text",
+                       "--label-column", "tags", "--label-separator", "|", "--pos-weight", "balanced")
+    sets = [line.split("\t")[1].split("|") for line in train.read_text().splitlines()[1:]]
+    want = {n: (24 - k) / k for n in ("bad", "city", "good", "person") for k in [sum(n in s for s in sets)]}
+    assert results["task_settings"]["pos_weight"] == pytest.approx(want)
+    saved = json.loads((tmp_path / "out" / "model" / "finetune.json").read_text())
+    assert saved["pos_weight"] == pytest.approx(want)

@@ -35,6 +35,7 @@ from bertkit.cli.args import (
     check_precision,
     device_name,
     existing_file,
+    float_in,
     int_between,
     long_policy,
     model_dir,
@@ -58,6 +59,8 @@ def add_arguments(parser) -> None:
     add_overwrite(parser, "predictions file")
     a("--text-columns", help="classify/regress/multilabel: text column(s); default: as fine-tuned")
     a("--label-column", help="classify/regress/multilabel: label column; default: as fine-tuned")
+    a("--threshold", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=None,
+      help="multilabel: predict a label when its sigmoid is at least this (default: the model's, from finetune.json)")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     add_precision(parser, "fp32", " (default fp32: evaluate reproduces the scores finetune wrote to results.json, "
                   "which it computes in fp32 unless trained with --precision bf16)")
@@ -86,7 +89,7 @@ def _check_retrieval(args) -> None:
             raise UserError(f"--task retrieval needs --{flag}")
     if args.model is None and not args.bm25:
         raise UserError("--task retrieval needs --model, --bm25 or both")
-    for flag in ("data", "out", "text_columns", "label_column"):
+    for flag in ("data", "out", "text_columns", "label_column", "threshold"):
         if getattr(args, flag):
             raise UserError(f"--{flag.replace('_', '-')} does not apply to --task retrieval")
     if args.zero_shot:
@@ -115,6 +118,8 @@ def check(args) -> None:
             raise UserError(f"--{flag} applies to --task retrieval only")
     if args.best_chunk:
         raise UserError("--best-chunk applies to --task retrieval only")
+    if args.threshold is not None and (args.task != "multilabel" or args.zero_shot):
+        raise UserError("--threshold applies to --task multilabel only")
     _check_task_long_inputs(args)
     if args.model is None:
         raise UserError("--model is required")
@@ -180,7 +185,8 @@ def _run_task(args, rt, columns) -> dict:
     from bertkit.finetune.run import evaluate_saved
 
     policy = {"long_inputs": args.long_inputs, "window_stride": args.window_stride, "aggregate": args.aggregate}
-    task = task_for_model(args.task, Path(args.model), rt, args.max_seq_len, columns, args.label_column, policy)
+    task = task_for_model(args.task, Path(args.model), rt, args.max_seq_len, columns, args.label_column, policy,
+                          args.threshold)
     if not task.policy.windows and (args.window_stride or args.aggregate):
         raise UserError("--window-stride and --aggregate apply to windows, and this model was fine-tuned with "
                         "truncation: add --long-inputs windows")

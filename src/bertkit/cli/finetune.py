@@ -52,6 +52,17 @@ def class_weights_arg(text: str) -> str:
     return text if text == BALANCED else existing_file(text)
 
 
+def pos_weight_arg(text: str) -> float | str:
+    """--pos-weight: a positive number, "balanced" or an existing JSON file {label: weight}."""
+    if text == BALANCED:
+        return text
+    try:
+        float(text)
+    except ValueError:
+        return existing_file(text)
+    return positive_float(text)
+
+
 def add_arguments(parser) -> None:
     from bertkit.finetune.registry import TASKS
 
@@ -148,9 +159,10 @@ def _add_pair_arguments(parser) -> None:
     a("--matryoshka-dims", type=comma_ints(low=1, unique=True), default=None,
       help="embedding: also train the first D dimensions of the vectors to work alone, for each D "
            "(comma-separated; default: full width only)")
-    a("--pos-weight", type=positive_float, default=None,
+    a("--pos-weight", type=pos_weight_arg, default=None, metavar="W|balanced|FILE",
       help="rerank (bce) and multilabel: weight of the positives' terms (e.g. the number of negatives per "
-           "positive; default 1)")
+           "positive; default 1); multilabel also per label: balanced (each label's negatives per positive in "
+           "training) or a JSON file {label: weight} naming every label")
 
 
 def check(args) -> None:
@@ -191,6 +203,9 @@ def _check_task_options(args) -> None:
         raise UserError(f"--pos-weight applies to --task {_tasks_with(lambda k: 'pos_weight' in k.options)} only")
     if args.pos_weight is not None and args.loss == "listwise":
         raise UserError("--pos-weight applies to --task rerank with --loss bce only")
+    if isinstance(args.pos_weight, str) and args.task != "multilabel":
+        raise UserError(f"--pos-weight {args.pos_weight}: per-label weights apply to --task multilabel; "
+                        "rerank takes one number")
     if args.class_weights is not None and args.feature_based:
         raise UserError("--class-weights applies to fine-tuning, not the --feature-based tagger")
     for name in dict.fromkeys(o for k in TASKS.values() for o in k.options if o != "loss"):

@@ -1,7 +1,8 @@
 """Multi-label classification (`--task multilabel`): any number of labels per text, each a yes/no.
 
 The sequence classifier's head (pooled [CLS] -> linear, one logit per label), trained with
-binary cross-entropy on each label (`pos_weight` scales the positive terms, for rare labels),
+binary cross-entropy on each label (--pos-weight scales each label's positive terms, for rare
+labels: one number, "balanced" for each label's negatives per positive, or a {label: weight} file),
 as transformers' `problem_type="multi_label_classification"`, which the saved config.json names
 so `AutoModelForSequenceClassification` loads it and computes the same loss. A label is predicted
 when its sigmoid is at least the decision threshold: given (--threshold), or tuned on dev to
@@ -14,6 +15,7 @@ or read in windows as the single-label task does.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,8 @@ class MultiLabelTask(SequenceTask):
     main_metric = "micro_f1"
     fixed: float | None = None  # the threshold every evaluation uses (given, or saved); None: tune it on dev
     threshold: float | None = None  # the saved model's: given, or tuned by its dev evaluation (`adopt`)
+    pos_weight = None  # --pos-weight as given (number, "balanced", file) or as saved ({label: weight})
+    pos_weights: list[float] | None = None  # per label id, resolved on the training set (`fit_labels`)
 
     @classmethod
     def from_settings(cls, tokenizer, settings: dict, model_dir: Path | None = None, rt=None) -> MultiLabelTask:
@@ -60,19 +64,23 @@ class MultiLabelTask(SequenceTask):
         return task
 
     def fit_labels(self, train_examples) -> None:
+        from bertkit.finetune.task import positive_weights
+
         if not self.labels:
             labels = sorted({name for e in train_examples for name in e.label or ()})
             if len(labels) < 2:
                 raise UserError(f"training set has {len(labels)} distinct label(s); multi-label needs at least 2")
             self._set_labels(labels)
+        positives = Counter(name for e in train_examples for name in set(e.label or ()))
+        self.pos_weights = positive_weights(self.pos_weight, self.labels, positives, len(train_examples))
 
     def config_changes(self) -> dict:
         return {"id2label": dict(enumerate(self.labels)), "problem_type": "multi_label_classification",
                 **self.dropout_change()}
 
     def settings(self) -> dict:
-        return {**super().settings(), "threshold": self.threshold, "threshold_tuned": self.tuned,
-                "pos_weight": self.pos_weight}
+        weights = self.pos_weight if self.pos_weights is None else dict(zip(self.labels, self.pos_weights))
+        return {**super().settings(), "threshold": self.threshold, "threshold_tuned": self.tuned, "pos_weight": weights}
 
     def _target(self, example) -> list[float]:
         unknown = [name for name in example.label if name not in self.label2id]
@@ -91,7 +99,7 @@ class MultiLabelTask(SequenceTask):
 
     def loss(self, model, batch: Batch) -> Tensor:
         logits = model(**batch.inputs).logits.float()  # (B, L)
-        weight = None if self.pos_weight is None else torch.full_like(logits[0], self.pos_weight)
+        weight = None if self.pos_weights is None else torch.tensor(self.pos_weights, device=logits.device)
         return F.binary_cross_entropy_with_logits(logits, batch.targets["labels"], pos_weight=weight)
 
     def predict(self, model, data: Prepared, rt: Runtime) -> np.ndarray:

@@ -85,11 +85,11 @@ def saved_settings(model_dir: Path) -> dict:
 
 def task_for_model(name: str, model_dir: Path, rt: Runtime, max_seq_len: int | None = None,
                    text_columns: list[str] | None = None, label_column: str | None = None,
-                   long_inputs: dict | None = None) -> Task:
-    """The task a fine-tuned model was trained for, with its labels, columns, sequence length and
-    long-input policy ("long_inputs", "window_stride", "aggregate"); arguments given here (not
-    None) override the saved ones, and the directory's own labels (the class's `model_settings`)
-    override both."""
+                   long_inputs: dict | None = None, threshold: float | None = None) -> Task:
+    """The task a fine-tuned model was trained for, with its labels, columns, sequence length,
+    long-input policy ("long_inputs", "window_stride", "aggregate") and, for multilabel, decision
+    threshold; arguments given here (not None) override the saved ones, and the directory's own
+    labels (the class's `model_settings`) override both."""
     from bertkit.hf import load_config
     from bertkit.tokenizer import Tokenizer
 
@@ -102,5 +102,7 @@ def task_for_model(name: str, model_dir: Path, rt: Runtime, max_seq_len: int | N
     given = {"max_seq_len": max_seq_len, "text_columns": text_columns, "label_column": label_column,
              **(long_inputs or {})}
     settings = {**saved, "task": name, **{k: v for k, v in given.items() if v}}
+    if threshold is not None:
+        settings.update(threshold=threshold, threshold_tuned=False)
     cls = task_class(name, bool(settings.get("feature_based")))
     return cls.from_settings(tokenizer, {**settings, **cls.model_settings(model_dir, config)}, model_dir, rt)

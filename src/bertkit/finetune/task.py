@@ -279,27 +279,47 @@ def class_weights(setting, labels: list[str], counts: dict[str, int]) -> list[fl
     """Each label's loss weight, in id order, from --class-weights: "balanced" (scikit-learn's
     n_samples / (n_classes * count); a class training never shows weighs as if seen once), a JSON
     file (or its dict) of {label: weight} naming every label, or None (unweighted)."""
-    import math
-
-    from bertkit.io import read_json
-
     if setting is None:
         return None
     if setting == "balanced":
         n = sum(counts.get(label, 0) for label in labels)
         return [n / (len(labels) * max(counts.get(label, 0), 1)) for label in labels]
+    return weight_table(setting, labels, "class weight")
+
+
+def positive_weights(setting, labels: list[str], positives: dict[str, int], rows: int) -> list[float] | None:
+    """Each label's weight on its positive terms of the binary cross-entropy, in id order, from
+    --pos-weight: a number (every label), "balanced" (its negatives per positive in training, as
+    torch's BCEWithLogitsLoss suggests; 1 for a label that is always or never there), a JSON file
+    (or its dict) of {label: weight} naming every label, or None (unweighted)."""
+    if setting is None:
+        return None
+    if isinstance(setting, (int, float)) and not isinstance(setting, bool):
+        return [float(setting)] * len(labels)
+    if setting == "balanced":
+        return [(rows - p) / p if 0 < p < rows else 1.0 for p in (positives.get(label, 0) for label in labels)]
+    return weight_table(setting, labels, "positive weight")
+
+
+def weight_table(setting, labels: list[str], what: str) -> list[float]:
+    """A {label: positive number} table naming every label (a dict, or a JSON file's), in id order;
+    a mistake in it is a UserError naming the file."""
+    import math
+
+    from bertkit.io import read_json
+
     where = None if isinstance(setting, dict) else setting
-    table = setting if isinstance(setting, dict) else read_json(setting, "class weights")
+    table = setting if isinstance(setting, dict) else read_json(setting, f"{what}s")
     if not isinstance(table, dict):
-        raise UserError('class weights must be a JSON object {"label": weight, ...}', where)
+        raise UserError(f'{what}s must be a JSON object {{"label": weight, ...}}', where)
     unknown = [k for k in table if k not in labels]
     missing = [label for label in labels if label not in table]
     if unknown or missing:
-        raise UserError(f"class weights must name each label ({', '.join(labels)}): "
+        raise UserError(f"{what}s must name each label ({', '.join(labels)}): "
                         + (f"unknown {', '.join(map(repr, unknown))}" if unknown else f"missing {', '.join(missing)}"),
                         where)
     bad = [k for k, v in table.items() if isinstance(v, bool) or not isinstance(v, (int, float))
            or not math.isfinite(v) or v <= 0]
     if bad:
-        raise UserError(f"class weight of {bad[0]!r} must be a positive number, not {table[bad[0]]!r}", where)
+        raise UserError(f"{what} of {bad[0]!r} must be a positive number, not {table[bad[0]]!r}", where)
     return [float(table[label]) for label in labels]
