@@ -119,6 +119,26 @@ def test_int8_graph_runs_and_stays_close(st_export):
     assert ((fp32 * int8).sum(1) > 0.95).all()
 
 
+def test_an_embedding_export_card_names_its_source_and_its_snippet_embeds(st_dir, st_export):
+    import yaml
+
+    text = (st_export / "README.md").read_text(encoding="utf-8")
+    meta = yaml.safe_load(text[4:].partition("\n---\n")[0])
+    onnx = json.loads((st_export / "onnx.json").read_text())
+    assert meta["pipeline_tag"] == "sentence-similarity" and meta["base_model"] == str(st_dir)
+    assert meta["metrics"] == ["fp32_max_abs_diff_token_embeddings", "fp32_max_abs_diff_sentence_embedding",
+                               "int8_max_abs_diff_token_embeddings", "int8_max_abs_diff_sentence_embedding",
+                               "int8_min_cosine_to_fp32"]
+    assert "--pooling mean --normalize yes" in text and "bertkit embed --model PATH --backend onnx" in text
+    code = text.split("ONNX Runtime:\n\n```python\n", 1)[1].split("```", 1)[0]
+    names: dict = {}
+    exec(code.replace("PATH", str(st_export)), names)
+    got = names["outputs"]["sentence_embedding"]
+    model, tok = load_encoder(st_dir)
+    want = embed_texts(model, tok, ["A sentence to read."], pooling="mean", normalize=True, progress=False)
+    assert onnx["outputs"] == list(names["outputs"]) and np.abs(got - want).max() < 1e-4
+
+
 @pytest.mark.parametrize("attention", ["fused", "plain"])
 @pytest.mark.parametrize("head", sorted(HEADS))
 def test_each_head_graph_matches_pytorch(tiny_dir, tmp_path, head, attention):

@@ -148,6 +148,45 @@ def test_distilled_students_name_their_teacher(tiny_dir, tmp_path):
     assert_card(out / "model", "sentence-similarity", str(tiny_dir), saved_dev(out), sentence_transformers=True)
 
 
+def _code(prose: str, language: str, after: str) -> str:
+    """The first ```language block after the line `after` in a card's prose."""
+    rest = prose[prose.index(after):]
+    return rest.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
+def test_an_onnx_export_carries_a_card_whose_snippets_run(tiny_dir, tmp_path):
+    import numpy as np
+
+    write_sst2(tmp_path / "train.tsv", 16, 0)
+    write_sst2(tmp_path / "dev.tsv", 8, 1)
+    assert run_cli("finetune", "--model", tiny_dir, "--task", "sst2", "--train", tmp_path / "train.tsv",
+                   "--dev", tmp_path / "dev.tsv", "--out", tmp_path / "ft", *FT) == 0
+    source, out = tmp_path / "ft" / "model", tmp_path / "onnx"
+    assert run_cli("export", "--model", source, "--format", "onnx", "--int8", "--out", out) == 0
+    meta, prose = card(out)
+    onnx = json.loads((out / "onnx.json").read_text())
+    assert meta["library_name"] == "bertkit" and meta["pipeline_tag"] == "text-classification"
+    assert meta["base_model"] == str(source) and {"onnx", "sst2"} <= set(meta["tags"])
+    (result,) = meta["model-index"][0]["results"]
+    assert {m["type"]: m["value"] for m in result["metrics"]} == pytest.approx(
+        {"fp32_max_abs_diff_logits": onnx["max_abs_diff"]["logits"],
+         "int8_max_abs_diff_logits": onnx["int8"]["max_abs_diff"]["logits"]})
+    assert "from_pretrained(\"PATH\")\nmodel = Auto" not in prose  # transformers cannot load the graph
+    # the command in the card makes the same folder again, and its ONNX Runtime snippet runs as written
+    command = next(line for line in prose.splitlines() if line.startswith("bertkit export"))
+    words = shlex.split(command)
+    words[words.index("--out") + 1] = str(tmp_path / "again")
+    assert run_cli(*words[1:]) == 0
+    again = json.loads((tmp_path / "again" / "onnx.json").read_text())
+    assert {k: again[k] for k in ("kind", "files", "outputs")} == {k: onnx[k] for k in ("kind", "files", "outputs")}
+    names: dict = {}
+    exec(_code(prose, "python", "ONNX Runtime:").replace("PATH", str(out)), names)
+    assert names["outputs"]["logits"].shape == (1, 2) and np.isfinite(names["outputs"]["logits"]).all()
+    usage = _code(prose, "bash", "bertkit:").replace("PATH", str(out)).replace("DEV_FILE", str(tmp_path / "dev.tsv"))
+    evaluate = shlex.split(usage.splitlines()[0])
+    assert evaluate[:2] == ["bertkit", "evaluate"] and run_cli(*evaluate[1:]) == 0
+
+
 def test_the_metadata_block_is_yaml_for_any_string():
     """Strings with YAML's special characters, non-ASCII text, odd keys and empty values round-trip."""
     odd = {"f1: macro": 0.5, "ndcg@10": 1, "#x": 2.5e-7, "- y": -3.0}

@@ -40,7 +40,7 @@ class Card:
     title: str
     summary: str  # a paragraph: what the model is, and what it was made from
     pipeline_tag: str  # Hugging Face's task tag: fill-mask, text-classification, ...
-    transformers_class: str  # the Auto class that loads the folder
+    transformers_class: str | None  # the Auto class that loads the folder; None: transformers cannot
     base_model: str | None = None  # the model it started from; None: trained from scratch
     datasets: list[str] = field(default_factory=list)  # training and dev data, by path
     metrics: dict[str, float] = field(default_factory=dict)  # the dev results
@@ -50,6 +50,7 @@ class Card:
     tags: list[str] = field(default_factory=list)
     bertkit_usage: str = ""  # shell lines
     sentence_transformers: bool = False  # the folder has sentence-transformers' module files
+    other_usage: list[tuple[str, str, str]] = field(default_factory=list)  # (library, code language, code)
 
     def metadata(self) -> dict:
         meta: dict = {"library_name": "bertkit"}
@@ -85,7 +86,11 @@ def render(card: Card) -> str:
     else:
         lines += ["No dev results were measured."]
     lines += ["", "## Use", "", f"`{HERE}` is this folder.", "", "bertkit:", "", "```bash", card.bertkit_usage.strip(),
-              "```", "", "transformers:", "", "```python", *_transformers_usage(card), "```", ""]
+              "```", ""]
+    if card.transformers_class:
+        lines += ["transformers:", "", "```python", *_transformers_usage(card), "```", ""]
+    for library, language, code in card.other_usage:
+        lines += [f"{library}:", "", f"```{language}", code.strip(), "```", ""]
     if card.sentence_transformers:
         lines += ["sentence-transformers:", "", "```python", "from sentence_transformers import SentenceTransformer",
                   "", f'model = SentenceTransformer("{HERE}")',
@@ -234,6 +239,60 @@ def finetune_card(task, run_info: dict, run, hp) -> Card:
         tags=[name, "distillation" if distilled else "fine-tuned", *(["sentence-transformers", "feature-extraction"]
                                                                       if name == "embedding" else [])],
         bertkit_usage=_finetune_usage(name, run_info.get("dev")), sentence_transformers=name == "embedding")
+
+
+# An export's graph kind (onnx.json's "kind") -> Hugging Face's pipeline tag.
+_EXPORT_KINDS = {
+    "BertForSequenceClassification": "text-classification",
+    "BertForTokenClassification": "token-classification",
+    "BertForQuestionAnswering": "question-answering",
+    "BertForMaskedLM": "fill-mask",
+    "BertForPreTraining": "fill-mask",
+}
+
+
+def export_card(meta: dict, source: Path, out: Path, task: str | None) -> Card:
+    """The card of a `bertkit export` folder: from its onnx.json (`meta`), the directory it was
+    exported from and, for a fine-tuned model, its task (finetune.json's). Its metrics are what the
+    export measured: each graph's largest difference from PyTorch on random padded batches."""
+    kind = meta["kind"]
+    st = (source / "modules.json").is_file()
+    pipeline = _EXPORT_KINDS.get(kind, "sentence-similarity" if kind == "embedding" and st else "feature-extraction")
+    metrics = {f"fp32_max_abs_diff_{name}": v for name, v in meta["max_abs_diff"].items()}
+    if "int8" in meta:
+        metrics.update({f"int8_max_abs_diff_{name}": v for name, v in meta["int8"]["max_abs_diff"].items()})
+        if meta["int8"].get("min_cosine_to_fp32") is not None:
+            metrics["int8_min_cosine_to_fp32"] = meta["int8"]["min_cosine_to_fp32"]
+    words = ["bertkit", "export", "--model", str(source), "--format", "onnx", "--out", str(out)]
+    words += ["--int8"] if "int8" in meta else []
+    words += ["--graph", "embedding"] if kind == "embedding" and not st else []
+    if kind == "embedding":
+        words += ["--pooling", meta["pooling"], "--normalize", "yes" if meta["normalize"] else "no"]
+    words += ["--attention", "plain"] if meta["attention"] == "plain" else []
+    if kind == "embedding":
+        usage = (f"bertkit embed --model {HERE} --backend onnx --input sentences.txt --out vectors.npy\n"
+                 f"bertkit serve --model {HERE} --backend onnx")
+    else:
+        usage = (f"bertkit evaluate --model {HERE} --backend onnx --task {task} --data DEV_FILE\n" if task else "") \
+            + f"bertkit serve --model {HERE} --backend onnx"
+    graph = "the embedding graph (" + ("normalised " if meta.get("normalize") else "") + \
+        f"{meta.get('pooling')} pooling inside)" if kind == "embedding" else f"the {kind} head's graph"
+    onnxruntime = "\n".join([
+        "import onnxruntime", "from transformers import AutoTokenizer", "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{HERE}")',
+        f'session = onnxruntime.InferenceSession("{HERE}/{meta["files"]["fp32"]}")',
+        'batch = tokenizer(["A sentence to read."], return_tensors="np")',
+        f"inputs = {{name: batch[name] for name in {tuple(meta['inputs'])!r}}}",
+        f"outputs = dict(zip({list(meta['outputs'])!r}, session.run(None, inputs)))"])
+    return Card(
+        title=f"{source.name} (ONNX)", pipeline_tag=pipeline, transformers_class=None,
+        summary=f"An ONNX export (opset {meta['opset']}) of `{source}`: {graph}, fp32"
+                + (" and int8 (dynamic quantisation, int8 weights per channel)" if "int8" in meta else "")
+                + f", with its config and tokenizer. How the model was trained and its dev results are in `{source}`'s"
+                " own README.md; the results below are the export's check against PyTorch.",
+        base_model=str(source), metrics=metrics, evaluated_on="random padded batches, against the PyTorch model",
+        command=shlex.join(words), settings=meta, tags=["onnx", *([task] if task else [])], bertkit_usage=usage,
+        sentence_transformers=False, other_usage=[("ONNX Runtime", "python", onnxruntime)])
 
 
 def _paths(value) -> list:

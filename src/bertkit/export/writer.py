@@ -2,9 +2,10 @@
 
 The folder holds `model.onnx` (fp32), with `--int8` also `model_int8.onnx` (ONNX Runtime's
 dynamic quantisation: int8 weights, one scale per output channel, activations quantised per
-batch), `onnx.json` (kind, inputs, outputs, pooling, the differences measured at export), and
-the source directory's config, tokenizer and sentence-transformers files, so `bertkit embed`,
-`evaluate` and `serve` can read it without the torch weights.
+batch), `onnx.json` (kind, inputs, outputs, pooling, the differences measured at export), the
+source directory's config, tokenizer and sentence-transformers files, so `bertkit embed`,
+`evaluate` and `serve` can read it without the torch weights, and a model card (README.md: the
+command, the differences as its metrics, how to run it in bertkit and ONNX Runtime).
 
 Validation runs both graphs in ONNX Runtime on a few random batches of different sizes with
 padding, against the torch model on the same inputs; the export is refused (nothing written)
@@ -122,8 +123,10 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, *, int8: b
                 tolerance: float = 1e-4, log=print) -> dict:
     """Export `model_dir` to `out` (written atomically, replacing what is there); returns onnx.json."""
     from bertkit import __version__
+    from bertkit.finetune.registry import saved_settings
     from bertkit.hf import load_config
     from bertkit.io import atomic_dir, write_json
+    from bertkit.model_card import export_card, write_card
     from bertkit.st import model_pooling
 
     model_dir, out = Path(model_dir), Path(out)
@@ -158,6 +161,7 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, *, int8: b
                 + (f", min cosine {cosine:.4f}" if cosine is not None else ""))
         _copy_side_files(model_dir, tmp)
         write_json(tmp / META_FILE, meta)
+        write_card(tmp, export_card(meta, model_dir, out, saved_settings(model_dir).get("task")))
     return meta
 
 
