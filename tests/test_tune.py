@@ -89,6 +89,24 @@ def test_rerun_continues_the_study_fails_a_stale_trial_and_prunes_a_bad_one(stud
     assert len(_trials(out)) == 7
 
 
+def test_a_trial_below_the_median_only_at_its_last_evaluation_completes(tiny_dir, tmp_path):
+    """Pruning at the last evaluation saves nothing: that trial completes, scored by its best."""
+    import optuna
+
+    write_stsb(tmp_path / "train.tsv", 24, 0)
+    write_stsb(tmp_path / "dev.tsv", 12, 1)
+    argv = ["tune", "--model", str(tiny_dir), "--task", "stsb", "--train", str(tmp_path / "train.tsv"),
+            "--dev", str(tmp_path / "dev.tsv"), "--out", str(tmp_path / "st"), "--search", "lr=1e-4:1e-3:log",
+            "--epochs", "1", "--prune-startup", "1", "--no-progress", "--threads", "1"]
+    assert run_cli(*argv, "--trials", "1") == 0
+    stored = optuna.load_study(study_name="bertkit-tune", storage=f"sqlite:///{tmp_path / 'st' / 'study.db'}")
+    stored.enqueue_trial({"lr": 1e-2})  # diverges: below the first trial's dev metric at its one evaluation
+    assert run_cli(*argv, "--trials", "2") == 0
+    first, bad = _trials(tmp_path / "st")
+    assert bad["params"]["lr"] == 1e-2 and bad["value"] < first["value"]
+    assert bad["state"] == "complete" and bad["pruned_at_epoch"] is None
+
+
 def test_search_space_defaults_overrides_and_fixed_flags():
     space = build_space({"lr": None, "epochs": 3, "batch_size": None, "warmup": None, "weight_decay": None},
                         parse_search("lr=1e-4:1e-2:log,batch-size=8|16"))

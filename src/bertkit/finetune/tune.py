@@ -197,7 +197,9 @@ def _objective(optuna, tj: TuneJob, data: JobData, metric: str) -> Callable:
 
         def report(record: dict) -> None:
             trial.report(record[metric], _at(record["epoch"]))
-            if trial.should_prune():
+            # The last evaluation is not pruned: stopping there saves nothing, and the trial that ran
+            # to the end is scored by its best checkpoint like any other.
+            if record["epoch"] < hp.epochs and trial.should_prune():
                 trial.set_user_attr("pruned_at", record["epoch"])
                 raise optuna.TrialPruned()
 
