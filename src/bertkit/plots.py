@@ -179,9 +179,12 @@ def plot_trials(trials: list[dict], metric: str, dest: str | Path) -> None:
     by_trial.set(xlabel="trial", ylabel=f"dev {metric}", title=f"dev {metric} per trial")
     by_lr.set(xlabel="learning rate", ylabel=f"dev {metric}", title="against the learning rate")
     if any(r[1] for rows in points.values() for r in rows):
-        from matplotlib.ticker import NullFormatter
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
         by_lr.set_xscale("log")
+        # Labels at 1, 2 and 5 of each decade, so a range inside one decade still has some.
+        by_lr.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        by_lr.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.0e}"))
         by_lr.xaxis.set_minor_formatter(NullFormatter())  # a narrow range labels its minor ticks, overlapping
     for ax in (by_trial, by_lr):
         _fit(ax, [r[2] for rows in points.values() for r in rows])
