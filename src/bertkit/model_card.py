@@ -251,10 +251,11 @@ _EXPORT_KINDS = {
 }
 
 
-def export_card(meta: dict, source: Path, out: Path, task: str | None) -> Card:
+def export_card(meta: dict, source: Path, command: str, task: str | None) -> Card:
     """The card of a `bertkit export` folder: from its onnx.json (`meta`), the directory it was
-    exported from and, for a fine-tuned model, its task (finetune.json's). Its metrics are what the
-    export measured: each graph's largest difference from PyTorch on random padded batches."""
+    exported from, the command that makes it (`command_line`) and, for a fine-tuned model, its task
+    (finetune.json's). Its metrics are what the export measured: each graph's largest difference
+    from PyTorch on random padded batches."""
     kind = meta["kind"]
     st = (source / "modules.json").is_file()
     pipeline = _EXPORT_KINDS.get(kind, "sentence-similarity" if kind == "embedding" and st else "feature-extraction")
@@ -263,12 +264,6 @@ def export_card(meta: dict, source: Path, out: Path, task: str | None) -> Card:
         metrics.update({f"int8_max_abs_diff_{name}": v for name, v in meta["int8"]["max_abs_diff"].items()})
         if meta["int8"].get("min_cosine_to_fp32") is not None:
             metrics["int8_min_cosine_to_fp32"] = meta["int8"]["min_cosine_to_fp32"]
-    words = ["bertkit", "export", "--model", str(source), "--format", "onnx", "--out", str(out)]
-    words += ["--int8"] if "int8" in meta else []
-    words += ["--graph", "embedding"] if kind == "embedding" and not st else []
-    if kind == "embedding":
-        words += ["--pooling", meta["pooling"], "--normalize", "yes" if meta["normalize"] else "no"]
-    words += ["--attention", "plain"] if meta["attention"] == "plain" else []
     if kind == "embedding":
         usage = (f"bertkit embed --model {HERE} --backend onnx --input sentences.txt --out vectors.npy\n"
                  f"bertkit serve --model {HERE} --backend onnx")
@@ -291,7 +286,7 @@ def export_card(meta: dict, source: Path, out: Path, task: str | None) -> Card:
                 + f", with its config and tokenizer. How the model was trained and its dev results are in `{source}`'s"
                 " own README.md; the results below are the export's check against PyTorch.",
         base_model=str(source), metrics=metrics, evaluated_on="random padded batches, against the PyTorch model",
-        command=shlex.join(words), settings=meta, tags=["onnx", *([task] if task else [])], bertkit_usage=usage,
+        command=command, settings=meta, tags=["onnx", *([task] if task else [])], bertkit_usage=usage,
         sentence_transformers=False, other_usage=[("ONNX Runtime", "python", onnxruntime)])
 
 

@@ -126,7 +126,7 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, *, int8: b
     from bertkit.finetune.registry import saved_settings
     from bertkit.hf import load_config
     from bertkit.io import atomic_dir, write_json
-    from bertkit.model_card import export_card, write_card
+    from bertkit.model_card import command_line, export_card, write_card
     from bertkit.st import model_pooling
 
     model_dir, out = Path(model_dir), Path(out)
@@ -161,7 +161,11 @@ def export_onnx(model_dir: str | os.PathLike, out: str | os.PathLike, *, int8: b
                 + (f", min cosine {cosine:.4f}" if cosine is not None else ""))
         _copy_side_files(model_dir, tmp)
         write_json(tmp / META_FILE, meta)
-        write_card(tmp, export_card(meta, model_dir, out, saved_settings(model_dir).get("task")))
+        flags = {"model": model_dir, "format": "onnx", "out": out, "int8": int8, "graph": graph,
+                 "pooling": meta.get("pooling"), "normalize": None if kind != "embedding" else
+                 "yes" if normalize else "no", "attention": meta["attention"], "tolerance": tolerance}
+        card = export_card(meta, model_dir, command_line("export", flags), saved_settings(model_dir).get("task"))
+        write_card(tmp, card)
     return meta
 
 
