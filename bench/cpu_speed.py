@@ -1,6 +1,10 @@
 """CPU inference speed, one run, same inputs: transformers, ONNX Runtime the usual way, and bertkit's paths.
 
     OMP_NUM_THREADS=1 python bench/cpu_speed.py --json bench/results/cpu_speed.json
+    OMP_NUM_THREADS=1 python bench/cpu_speed.py --family all --json bench/results/family_speed.json
+
+With `--family` (a family bertkit reads, or all of them), each family's encoder against
+transformers' eager forward of that family on the same weights (bench/family_speed.py).
 
 BERT-base shape (12 layers, 768 wide, random weights, seed 0: speed does not depend on the
 values, and no BERT-base checkpoint is available offline), batch 8 x 128 tokens, one thread.
@@ -39,6 +43,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 def make_dir(folder: Path, layers: int, width: int, vocab: int) -> Path:
@@ -238,10 +243,13 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", type=Path)
+    p.add_argument("--family", help="a family bertkit reads (bench/family_speed.py), or all: each against transformers")
     args = p.parse_args()
     torch.set_num_threads(1)
     vocab = 30522
     feeds = make_feeds(args.batch, args.seq, args.lengths, args.batches, vocab)
+    if args.family:
+        return families(args, feeds)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         model_dir = make_dir(folder, args.layers, args.width, vocab)
@@ -265,6 +273,42 @@ def main() -> int:
         args.json.write_text(json.dumps({"shape": vars(args) | {"json": str(args.json)}, "env": env, **results},
                                         indent=2) + "\n")
     return 0
+
+
+def families(args, feeds: list[dict]) -> int:
+    """Every family asked for, each timed against transformers' eager forward of its own kind."""
+    import family_speed
+
+    names = list(family_speed.FAMILIES) if args.family == "all" else args.family.split(",")
+    results = {}
+    for family in names:
+        print(f"\n== {family}", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            calls = family_speed.contenders(family, Path(tmp), feeds, varlen=args.lengths is not None)
+            want = calls["transformers fp32"][0]()
+            diffs = {n: float(np.abs(c() - want).max()) for n, (c, _) in calls.items()}
+            times = time_all(calls, args.rounds, args.warmup)
+        results[family] = {clock: report(calls, times, args.batch, diffs, clock) for clock in ("cpu", "wall")}
+        print(family_speed.table(results[family]["cpu"]), flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"shape": vars(args) | {"json": str(args.json)}, "env": environment(),
+                                         "families": results}, indent=2) + "\n")
+    return 0
+
+
+def environment() -> dict:
+    import subprocess
+
+    import transformers
+
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu": fields.get("Model name", platform.processor()).strip(),
+            "cpu_family": fields.get("CPU family", "").strip(), "flags_avx512_bf16": "avx512_bf16" in fields.get(
+                "Flags", ""), "threads": 1, "load_average": os.getloadavg(),
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
 if __name__ == "__main__":

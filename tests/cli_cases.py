@@ -248,6 +248,10 @@ CASES = [
     Case(TT.replace("60", "many"), "argument --vocab-size"),
     Case(TT.replace("--vocab-size 60", ""), "required: --vocab-size"),
     Case(f"{TT} --min-frequency 0", "argument --min-frequency"),
+    Case(f"{TT} --kind sentencepiece", "argument --kind: invalid choice: 'sentencepiece'"),
+    Case(f"{TT} --kind bpe", "--vocab-size 60 is too small for --kind bpe"),
+    Case(f"{TT} --kind unigram --min-frequency 3", "--min-frequency applies to --kind wordpiece or bpe"),
+    Case(f"{TT} --kind unigram", "tok: holds a previous vocabulary; pass --overwrite", {"tok/tokenizer.json": "{}"}),
     Case("tokenizer", "required: ACTION"),
     # tokenize
     Case("tokenize --model $tiny hello --max-length 1", "argument --max-length"),

@@ -1,9 +1,12 @@
-"""`BertConfig`: the model's shape, with Hugging Face's field names so `config.json` is shared.
+"""`BertConfig`: the encoder's shape, with Hugging Face's field names so `config.json` is shared.
 
-The one field we add beyond HF's BERT is `attention` (the paper's left-to-right ablation), and we
-take ELECTRA's `embedding_size` (embeddings narrower or wider than the layers, projected to them);
-reading and writing config.json, with its translation to HF's `is_decoder` and ELECTRA's layout, is
-`bertkit.hf`'s job.
+One config for every family bertkit reads (`bertkit.families`): BERT's fields, then what BERT's
+descendants change, each a field whose default is BERT's behaviour, named as the family's own
+config.json names it where one family owns it (ModernBERT's `local_attention`, DeBERTa's
+`position_buckets`) and generically where several share it (`norm_first`, `gated_ffn`, `bias`).
+`model_type` names the family, which decides the key names, the heads' layout and the config.json
+translation (`bertkit.families`, through `bertkit.hf`). Beyond HF we add `attention` (the paper's
+left-to-right ablation).
 Every field is checked on construction: the first wrong one is named with its type or range.
 """
 
@@ -16,10 +19,14 @@ from bertkit.errors import UserError
 
 IGNORE_INDEX = -100  # the label that every loss skips (transformers' and PyTorch's convention)
 
-_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
-# integer fields and their smallest allowed value
+_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "tanh")
+POSITIONS = ("absolute", "rotary", "none")  # a learned table added to the input; rotary in attention; none
+# integer fields and their smallest allowed value (type_vocab_size 0: no segment embeddings)
 _INT_FIELDS = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1,
-               "intermediate_size": 1, "max_position_embeddings": 2, "type_vocab_size": 1}
+               "intermediate_size": 1, "max_position_embeddings": 2, "type_vocab_size": 0, "position_offset": 0,
+               "local_attention": 0, "global_attn_every_n_layers": 1}
+_BOOLS = ("norm_first", "gated_ffn", "bias", "norm_bias", "head_bias", "decoder_bias", "relative_attention",
+          "share_att_key", "norm_rel_ebd")
 _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 _POSITIVE_FLOATS = ("initializer_range", "layer_norm_eps")
 
@@ -44,6 +51,29 @@ class BertConfig:
     id2label: dict[int, str] | None = field(default=None, hash=False, compare=True)
     problem_type: str | None = None  # HF's: "regression", "single_label_classification", ...
     embedding_size: int | None = None  # E: embeddings' width, projected to C before the layers (ELECTRA); None: C
+    # ---- what BERT's descendants change (bertkit.families); every default is BERT's ----
+    model_type: str = "bert"  # the family: one of bertkit.families.FAMILIES
+    position_embedding_type: str = "absolute"  # one of POSITIONS (ModernBERT: rotary; DeBERTa-v3: none)
+    position_offset: int = 0  # the first position's row of the table (RoBERTa: pad_token_id + 1)
+    norm_first: bool = False  # pre-LN layers and a final LayerNorm (ModernBERT); False: BERT's post-LN
+    gated_ffn: bool = False  # feed-forward act(x W) * (x V), intermediate_size wide (ModernBERT's GeGLU)
+    bias: bool = True  # biases of the layers' linear maps (ModernBERT: none)
+    norm_bias: bool = True  # LayerNorm biases (ModernBERT: none)
+    head_bias: bool = True  # biases of the heads' dense layers (ModernBERT's classifier_bias)
+    decoder_bias: bool = True  # the masked-LM decoder's bias
+    num_hidden_groups: int | None = None  # ALBERT: groups of shared layer weights; None: one per layer
+    local_attention: int = 0  # tokens a local layer sees, centred (ModernBERT 128); 0: every layer global
+    global_attn_every_n_layers: int = 1  # with local_attention: layer i is global when i % n == 0
+    rope_theta: float = 10000.0  # rotary base of global layers
+    local_rope_theta: float = 10000.0  # rotary base of local layers
+    relative_attention: bool = False  # DeBERTa's disentangled attention (content and relative position)
+    max_relative_positions: int = -1  # DeBERTa: farthest distance; -1: max_position_embeddings
+    position_buckets: int = -1  # DeBERTa: log-bucketed distances; -1: none
+    pos_att_type: tuple[str, ...] = ()  # DeBERTa: "c2p" (content to position) and/or "p2c"
+    share_att_key: bool = False  # DeBERTa: positions projected by the content query/key maps
+    norm_rel_ebd: bool = False  # DeBERTa: LayerNorm over the relative embeddings
+    pooler_hidden_act: str = "tanh"  # the pooled summary's activation (DeBERTa: gelu)
+    classifier_pooling: str = "cls"  # ModernBERT's sequence summary: the first token or the mean
 
     def __post_init__(self):
         if self.embedding_size == self.hidden_size:  # one spelling of "no projection", so configs compare equal
@@ -58,6 +88,37 @@ class BertConfig:
             raise ValueError(f"hidden_act {self.hidden_act!r} unsupported; use one of {_ACTIVATIONS}")
         if self.attention not in ("bidirectional", "causal"):
             raise ValueError(f"attention must be 'bidirectional' or 'causal', not {self.attention!r}")
+        self._check_descendants()
+
+    def _check_descendants(self) -> None:
+        """The fields BERT's descendants add, and how they go together."""
+        for name in _BOOLS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        for name in ("rope_theta", "local_rope_theta"):
+            if not _is_number(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive number, not {getattr(self, name)!r}")
+        if not isinstance(self.model_type, str):
+            raise ValueError(f"model_type must be a string, not {self.model_type!r}")
+        if self.position_embedding_type not in POSITIONS:
+            raise ValueError(f"position_embedding_type must be one of {', '.join(POSITIONS)}, "
+                             f"not {self.position_embedding_type!r}")
+        for name in ("pooler_hidden_act",):
+            if getattr(self, name) not in _ACTIVATIONS:
+                raise ValueError(f"{name} {getattr(self, name)!r} unsupported; use one of {_ACTIVATIONS}")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ValueError(f"classifier_pooling must be 'cls' or 'mean', not {self.classifier_pooling!r}")
+        groups = self.num_hidden_groups
+        if groups is not None and (not _is_int(groups) or groups < 1 or self.num_hidden_layers % groups):
+            raise ValueError(f"num_hidden_groups must divide num_hidden_layers {self.num_hidden_layers}, "
+                             f"not {groups!r}")
+        if not set(self.pos_att_type) <= {"c2p", "p2c"}:
+            raise ValueError(f"pos_att_type may hold 'c2p' and 'p2c', not {list(self.pos_att_type)!r}")
+        if self.position_embedding_type == "rotary" and self.head_size % 2:
+            raise ValueError(f"rotary positions need an even head size, not {self.head_size}")
+        if self.max_position_embeddings <= self.position_offset:
+            raise ValueError(f"max_position_embeddings {self.max_position_embeddings} leaves no position after "
+                             f"position_offset {self.position_offset}")
 
     def _check_fields(self) -> None:
         """Types and ranges, field by field: a ValueError naming the first wrong one."""
@@ -84,6 +145,25 @@ class BertConfig:
             raise ValueError(f"hidden_act must be a string, not {self.hidden_act!r}")
         if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size < 1):
             raise ValueError(f"embedding_size must be null or an integer of at least 1, not {self.embedding_size!r}")
+
+    @property
+    def head_size(self) -> int:
+        """D: each attention head's width."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest input the model reads, in tokens (positions past the offset)."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
+    def layer_groups(self) -> int:
+        """Layers with weights of their own: num_hidden_groups (ALBERT), else every layer."""
+        return self.num_hidden_groups or self.num_hidden_layers
+
+    def is_global(self, layer: int) -> bool:
+        """Whether `layer` attends to the whole input (ModernBERT's local layers see a window)."""
+        return not self.local_attention or layer % self.global_attn_every_n_layers == 0
 
     @property
     def head_dropout(self) -> float:

@@ -121,8 +121,8 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
         raise UserError(f"batch size must be at least 1, got {batch_size}")
     layers = list(layers)
     check_layers(layers, model.config.num_hidden_layers + 1)
-    max_length = min(max_length, model.config.max_position_embeddings)
-    (policy or Policy()).check_window(max_length - 2)
+    max_length = min(max_length, model.config.max_tokens)
+    (policy or Policy()).check_window(max_length - tokenizer.template.single_count)
     plan = text_plan(tokenizer, texts, max_length, policy)
     summary = plan.report((policy or Policy()).name)
     if report is not None:
@@ -193,10 +193,11 @@ def token_features(model: BertModel, tokenizer: Tokenizer, sentences: Sequence[s
     from tqdm import tqdm
 
     check_layers(layers, model.config.num_hidden_layers + 1)
-    max_length = min(max_length, model.config.max_position_embeddings)
+    max_length = min(max_length, model.config.max_tokens)
     policy = policy or Policy()
-    policy.check_window(max_length - 2)
+    policy.check_window(max_length - tokenizer.template.single_count)
     chunks, tokens, reports, windows = [], [], [], []
+    before, after = (tokenizer.convert_ids_to_tokens(t for t, _ in part) for part in tokenizer.template.single)
     model.to(device).eval()
     bar = tqdm(total=len(sentences), unit="sentence", disable=not progress, leave=False)
     for i in range(0, len(sentences), batch_size):
@@ -208,7 +209,7 @@ def token_features(model: BertModel, tokenizer: Tokenizer, sentences: Sequence[s
         windows += np.bincount(plan.owner, minlength=len(encodings)).tolist()
         for j, features in enumerate(_plan_features(model, plan, layers, combine, batch_size, device)):
             chunks.append(features)
-            tokens.extend(["[CLS]", *encodings[j].tokens[: len(features) - 2], "[SEP]"])
+            tokens.extend([*before, *encodings[j].tokens[: len(features) - len(before) - len(after)], *after])
         bar.update(len(encodings))
     bar.close()
     if report is not None:

@@ -26,8 +26,8 @@ def check_masked_lm_dir(path: Path):
     from bertkit.hf import heads_in, load_config, weight_shapes
     from bertkit.tokenizer import Tokenizer
 
-    load_config(path)  # a clear error for a missing directory or config.json comes first
-    if "masked-LM" not in heads_in(weight_shapes(path)):
+    config = load_config(path)  # a clear error for a missing directory or config.json comes first
+    if "masked-LM" not in heads_in(weight_shapes(path), config.model_type):
         raise UserError("model has no masked-LM head; use a BertForMaskedLM or BertForPreTraining directory",
                         path)
     return Tokenizer.from_pretrained(path)
@@ -43,7 +43,8 @@ def load_masked_lm(path: Path):
 
 def require_mask(tokenizer, text: str) -> None:
     if tokenizer.mask_id not in tokenizer.encode(text).ids:
-        raise UserError(f"no [MASK] token in the text: {text[:60]!r}")
+        mask = tokenizer.convert_ids_to_tokens([tokenizer.mask_id])[0]
+        raise UserError(f"no {mask} token in the text: {text[:60]!r}")
 
 
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
@@ -58,16 +59,16 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[dict]
     reports = []
     for text in texts:
         masks, cut = _fill(model, tokenizer, text, top_k)
-        reports.append({"text": text, "masks": masks, "cut_to": model.config.max_position_embeddings if cut else None})
+        reports.append({"text": text, "masks": masks, "cut_to": model.config.max_tokens if cut else None})
     return reports
 
 
 def _excerpt(tokenizer, ids: list[int], at: int) -> str:
     """The text of the pieces around index `at`, starting at a word's first piece; "…" marks a cut."""
     lo, hi = max(0, at - CONTEXT), min(len(ids), at + CONTEXT + 1)
-    while lo > 0 and tokenizer.convert_ids_to_tokens([ids[lo]])[0].startswith("##"):
+    while lo > 0 and tokenizer.continues_word(tokenizer.convert_ids_to_tokens([ids[lo]])[0]):
         lo -= 1
-    while hi < len(ids) and tokenizer.convert_ids_to_tokens([ids[hi]])[0].startswith("##"):
+    while hi < len(ids) and tokenizer.continues_word(tokenizer.convert_ids_to_tokens([ids[hi]])[0]):
         hi += 1
     body = tokenizer.decode(ids[lo:hi], skip_special_tokens=False)
     return ("… " if lo > 0 else "") + body + (" …" if hi < len(ids) else "")
@@ -77,7 +78,7 @@ def _fill(model, tokenizer, text: str, top_k: int) -> tuple[list[dict], bool]:
     import torch
 
     require_mask(tokenizer, text)
-    enc = tokenizer.encode(text, max_length=model.config.max_position_embeddings, truncation=True)
+    enc = tokenizer.encode(text, max_length=model.config.max_tokens, truncation=True)
     mask_id = tokenizer.mask_id
     ids = torch.tensor([enc.ids])  # (1, T)
     positions = [i for i, t in enumerate(enc.ids) if t == mask_id]

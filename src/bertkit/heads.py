@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import IGNORE_INDEX, BertConfig
+from bertkit.families import family_of
 from bertkit.hf import PretrainedMixin
 from bertkit.model import ACTIVATIONS, BertModel, EncoderOutput, init_weights
 
@@ -49,18 +50,18 @@ class QAOutput(HeadOutput):
 class MLMHead(nn.Module):
     """transform (dense C -> E, act, LayerNorm) then a decoder tied to the word embeddings + own bias.
 
-    E is the embeddings' width (C in BERT). A model with an embedding projection is ELECTRA's
-    generator, whose head's activation is always the exact GELU (transformers'
-    ElectraGeneratorPredictions), whatever `hidden_act` says for its layers."""
+    E is the embeddings' width (C in BERT). The transform's activation is the family's
+    (`Family.mlm_act`): BERT's hidden_act; always the exact GELU for RoBERTa and for ELECTRA's
+    generator (transformers' ElectraGeneratorPredictions); ModernBERT's classifier_activation."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
         super().__init__()
         E = config.embedding_width
-        self.dense = nn.Linear(config.hidden_size, E)
-        self.act = ACTIVATIONS["gelu" if config.embedding_size is not None else config.hidden_act]
-        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.dense = nn.Linear(config.hidden_size, E, bias=config.head_bias)
+        self.act = ACTIVATIONS[family_of(config.model_type).mlm_act(config)]
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps, bias=config.norm_bias)
         self.word_embeddings = word_embeddings  # tied: shares its (V_padded, E) weight
-        self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
+        self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size)) if config.decoder_bias else None
         self.vocab_size = config.vocab_size
 
     def forward(self, h: Tensor) -> Tensor:  # (..., C) -> (..., V)
@@ -70,9 +71,39 @@ class MLMHead(nn.Module):
             # them in the loss and a zero-fill + copy in backward (~6% of a mini step): multiply
             # by the first V rows, a contiguous view, instead.
             V = self.vocab_size
-            return F.linear(h, self.word_embeddings.weight[:V], self.bias[:V])  # (..., V)
+            return F.linear(h, self.word_embeddings.weight[:V], None if self.bias is None else self.bias[:V])
         logits = F.linear(h, self.word_embeddings.weight, self.bias)  # (..., V_padded)
         return logits[..., : self.vocab_size]
+
+
+class Summary(nn.Module):
+    """A family's own layer before a task's output layer (`Family.summary`): dense C -> C, the
+    family's activation, and (ModernBERT) a LayerNorm. RoBERTa's, DistilBERT's and DeBERTa's
+    sequence classifiers read it on the first token; ModernBERT's on the first token or the mean,
+    and its token heads on every token."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        spec = family_of(config.model_type).summary
+        C = config.hidden_size
+        self.dense = nn.Linear(C, C, bias=config.head_bias)
+        self.act = ACTIVATIONS[spec.act(config)]
+        self.norm = nn.LayerNorm(C, eps=config.layer_norm_eps, bias=config.norm_bias) if spec.norm else None
+
+    def forward(self, h: Tensor) -> Tensor:  # (..., C) -> (..., C)
+        h = self.act(self.dense(h))
+        return self.norm(h) if self.norm is not None else h
+
+
+def pooled(config: BertConfig, hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """(B, T, C) -> (B, C): the first token, or (ModernBERT's `classifier_pooling` "mean") the mean
+    over the real tokens."""
+    if config.classifier_pooling == "cls":
+        return hidden[:, 0]
+    if attention_mask is None:
+        return hidden.mean(1)
+    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (hidden * mask).sum(1) / mask.sum(1)
 
 
 def _encode_for_mlm(encoder: BertModel, input_ids, attention_mask, token_type_ids, labels: Tensor | None,
@@ -163,19 +194,25 @@ class BertForMaskedLM(Head):
 
 
 class BertForSequenceClassification(Head):
-    """Pooled [CLS] -> dropout -> linear. num_labels == 1 means regression (MSE)."""
+    """Pooled [CLS] -> dropout -> linear. num_labels == 1 means regression (MSE). Where the family
+    has a summary layer of its own (RoBERTa, DistilBERT, DeBERTa, ModernBERT) it replaces the
+    encoder's pooler: first token (or mean) -> summary -> dropout -> linear."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.encoder = BertModel(config, add_pooling_layer=True)
+        own = family_of(config.model_type).summary is not None
+        self.encoder = BertModel(config, add_pooling_layer=not own)
+        self.summary = Summary(config) if own else None
         self.dropout = nn.Dropout(config.head_dropout)
         self.output = nn.Linear(config.hidden_size, config.num_labels)
-        self._init_new(self.output)
+        self._init_new(*(m for m in (self.summary, self.output) if m is not None))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False) -> HeadOutput:
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        if self.summary is not None:
+            enc.pooler_output = self.summary(pooled(self.config, enc.last_hidden_state, attention_mask))  # (B, C)
         logits = self.output(self.dropout(enc.pooler_output))  # (B, L)
         loss = None
         if labels is not None:
@@ -202,21 +239,29 @@ def sequence_classification_loss(config: BertConfig, logits: Tensor, labels: Ten
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
+def _token_summary(config: BertConfig) -> Summary | None:
+    """ModernBERT's token heads read every token through its summary layer first."""
+    return Summary(config) if family_of(config.model_type).token_summary else None
+
+
 class BertForTokenClassification(Head):
-    """Each token's hidden state -> dropout -> linear (NER); label -100 positions are ignored."""
+    """Each token's hidden state (ModernBERT: through its summary layer) -> dropout -> linear (NER);
+    label -100 positions are ignored."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         self.encoder = BertModel(config, add_pooling_layer=False)
+        self.summary = _token_summary(config)
         self.dropout = nn.Dropout(config.head_dropout)
         self.output = nn.Linear(config.hidden_size, config.num_labels)
-        self._init_new(self.output)
+        self._init_new(*(m for m in (self.summary, self.output) if m is not None))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False) -> HeadOutput:
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        logits = self.output(self.dropout(enc.last_hidden_state))  # (B, T, L)
+        h = enc.last_hidden_state if self.summary is None else self.summary(enc.last_hidden_state)
+        logits = self.output(self.dropout(h))  # (B, T, L)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1),
@@ -231,13 +276,15 @@ class BertForQuestionAnswering(Head):
         super().__init__()
         self.config = config
         self.encoder = BertModel(config, add_pooling_layer=False)
+        self.summary = _token_summary(config)
         self.output = nn.Linear(config.hidden_size, 2)
-        self._init_new(self.output)
+        self._init_new(*(m for m in (self.summary, self.output) if m is not None))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
                 end_positions=None, output_hidden_states=False) -> QAOutput:
         enc = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        start, end = self.output(enc.last_hidden_state).float().unbind(-1)  # (B, T) each
+        h = enc.last_hidden_state if self.summary is None else self.summary(enc.last_hidden_state)
+        start, end = self.output(h).float().unbind(-1)  # (B, T) each
         out = QAOutput(hidden_states=enc.hidden_states, start_logits=start, end_logits=end)
         if start_positions is not None and end_positions is not None:
             out.loss = span_loss(start, end, start_positions, end_positions)

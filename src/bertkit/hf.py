@@ -1,20 +1,20 @@
-"""Hugging Face model directories: our only checkpoint format, and the only place HF names live.
+"""Hugging Face model directories: our only checkpoint format, and the only place HF names are used.
 
-A model directory is `config.json` + `model.safetensors` (HF key names) + vocabulary files, in
-BERT's layout or ELECTRA's (`LAYOUTS`: ElectraForMaskedLM, the generator; ElectraForPreTraining,
-the discriminator). This module holds everything between our names and HF's:
-- config.json <-> `BertConfig` (HF's `model_type`, `is_decoder`, `id2label` string keys; ELECTRA's
-  `embedding_size`);
-- the key table between our module names (`encoder.layers.3.qkv`, `output`, `mlm`, `rtd`) and HF's
-  (`bert.encoder.layer.3.attention.self.query`, `classifier` / `qa_outputs`, `cls.predictions`;
-  `electra.` for the encoder and `generator_predictions`, `discriminator_predictions` for the heads);
+A model directory is `config.json` + `model.safetensors` (HF key names) + tokenizer files, in the
+layout of one family (`bertkit.families.FAMILIES`, by config.json's `model_type`: BERT, ELECTRA,
+RoBERTa, XLM-R, DistilBERT, ALBERT, DeBERTa-v2, ModernBERT). This module applies a family's tables:
+- config.json <-> `BertConfig` (the family's fields, then what every family shares: `model_type`,
+  `is_decoder`, `id2label` string keys, `problem_type`, `architectures`);
+- our parameter names (`encoder.layers.3.qkv`, `output`, `mlm`, `summary`, `rtd`) <-> the family's
+  HF keys (`bert.encoder.layer.3.attention.self.query`, `classifier` / `qa_outputs`, ...);
 - what a directory holds (which heads), read without loading tensors (`bertkit.weights` reads them).
 
-A model is read in its directory's layout and written in its own (`save_layout`): BERT's, but
-ELECTRA's for our `ElectraForPreTraining` and for any model with an embedding projection, which
-BERT's layout has no place for. ELECTRA's layout has no pooler: a bertkit model that has one (read
-from an ELECTRA directory, it starts new) writes it under BERT's name, which transformers' Electra
-classes would report as unexpected.
+A model is read in its directory's family and written in its own (`save_family`): its config's
+`model_type`, except that ELECTRA's classes (`hf_layout = "electra"`) and any BERT with an embedding
+projection are written in ELECTRA's layout, and a task model read from ELECTRA's layout without one
+is written as BERT (as transformers' Electra classes have other heads). ELECTRA's layout has no
+pooler: a bertkit model that has one (read from an ELECTRA directory, it starts new) writes it under
+BERT's name, which transformers' Electra classes would report as unexpected.
 
 Loading is strict: a key we cannot place, a parameter we cannot find, or a shape that differs
 raises a `UserError` naming them. The one leniency is the one fine-tuning needs: a task head
@@ -27,7 +27,6 @@ torch is imported inside functions, so `bertkit info` reads a directory without 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -35,6 +34,9 @@ from typing import TYPE_CHECKING
 
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
+from bertkit.families import FAMILIES, Family, family_of
+from bertkit.families.bert import BERT, ELECTRA
+from bertkit.families.deberta import RENAMED as DEBERTA_RENAMED
 from bertkit.weights import WEIGHTS, read_state_dict
 from bertkit.weights import weight_shapes as weight_shapes  # re-exported: what a directory holds
 
@@ -43,25 +45,19 @@ if TYPE_CHECKING:
 
 # ---- config.json ----
 _SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-_ELECTRA_EMBEDDING_SIZE = 128  # transformers' ElectraConfig default, for a config.json that names none
 
 
-def config_to_dict(config: BertConfig, model_type: str = "bert") -> dict:
-    """config.json's content in HF's layout for `model_type` "bert" or "electra" (transformers'
-    BertConfig or ElectraConfig reads every field)."""
-    d = dataclasses.asdict(config)
-    d["model_type"] = model_type
-    d["position_embedding_type"] = "absolute"
+def config_to_dict(config: BertConfig, model_type: str | None = None) -> dict:
+    """config.json's content in the layout of `model_type` (default: the config's own family):
+    transformers' config class of that family reads every field."""
+    model_type = model_type or config.model_type
+    d = {"model_type": model_type, **family_of(model_type).write_config(config)}
     d["is_decoder"] = config.attention == "causal"  # transformers builds the same causal model
-    if model_type == "electra":  # always written: ElectraConfig's own default is not the hidden size
-        d["embedding_size"] = config.embedding_width
-    elif config.embedding_size is None:
-        del d["embedding_size"]
     if config.id2label is not None:
         d["id2label"] = {str(i): name for i, name in config.id2label.items()}
         d["label2id"] = {name: i for i, name in config.id2label.items()}
-    else:
-        del d["id2label"]
+    if config.problem_type is not None:
+        d["problem_type"] = config.problem_type
     return d
 
 
@@ -70,22 +66,17 @@ def config_from_dict(d: dict) -> BertConfig:
     if not isinstance(d, dict):
         raise ValueError(f"expected a JSON object of config fields, found a {type(d).__name__}")
     model_type = d.get("model_type", "bert")
-    if model_type not in LAYOUTS:
-        raise ValueError(f"model_type {model_type!r} is not a BERT or ELECTRA model")
-    if d.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"position_embedding_type {d['position_embedding_type']!r} unsupported")
-    missing = [f for f in _SHAPE_FIELDS if f not in d]
+    family = family_of(model_type)
+    kwargs = family.read_config(d)
+    missing = [f for f in _SHAPE_FIELDS if f not in kwargs]
     if missing:
-        raise ValueError(f"no {missing[0]} field (a BERT config.json names {', '.join(_SHAPE_FIELDS)})")
-    names = {f.name for f in dataclasses.fields(BertConfig)}
-    kwargs = {k: v for k, v in d.items() if k in names}
-    if model_type == "electra":
-        kwargs["embedding_size"] = d.get("embedding_size", _ELECTRA_EMBEDDING_SIZE)
-    else:  # transformers' BertConfig has no embedding_size: its models have no projection
-        kwargs.pop("embedding_size", None)
-    if "attention" not in d and d.get("is_decoder"):
+        raise ValueError(f"no {missing[0]} field (a {model_type} config.json names its model's shape)")
+    kwargs["model_type"] = model_type
+    if d.get("problem_type") is not None:
+        kwargs["problem_type"] = d["problem_type"]
+    if "attention" not in kwargs and d.get("is_decoder"):
         kwargs["attention"] = "causal"
-    labels = kwargs.get("id2label")
+    labels = d.get("id2label")
     if labels is not None:
         if not isinstance(labels, dict) or not all(str(i).isdigit() for i in labels):
             raise ValueError("id2label must map label ids to names")
@@ -114,92 +105,37 @@ def load_config(path: str | Path) -> BertConfig:
         raise UserError(f"bad model config: {e}", path) from None
 
 
-# ---- the key table ----
-# Ours -> HF, relative to the encoder; "{}" is a layer index. A tuple means our one tensor is
-# the concatenation (along dim 0) of HF's tensors: the fused QKV projection.
-ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
-    "embeddings.word.{p}": "embeddings.word_embeddings.{p}",
-    "embeddings.position.{p}": "embeddings.position_embeddings.{p}",
-    "embeddings.segment.{p}": "embeddings.token_type_embeddings.{p}",
-    "embeddings.norm.{p}": "embeddings.LayerNorm.{p}",
-    "embed_proj.{p}": "embeddings_project.{p}",  # ELECTRA's layout only (BERT has no projection)
-    "layers.{}.qkv.{p}": tuple(f"encoder.layer.{{}}.attention.self.{n}.{{p}}" for n in ("query", "key", "value")),
-    "layers.{}.attn_out.{p}": "encoder.layer.{}.attention.output.dense.{p}",
-    "layers.{}.attn_norm.{p}": "encoder.layer.{}.attention.output.LayerNorm.{p}",
-    "layers.{}.ffn_in.{p}": "encoder.layer.{}.intermediate.dense.{p}",
-    "layers.{}.ffn_out.{p}": "encoder.layer.{}.output.dense.{p}",
-    "layers.{}.ffn_norm.{p}": "encoder.layer.{}.output.LayerNorm.{p}",
-    "pooler.{p}": "pooler.dense.{p}",
-}
-# A head's own parameters, per layout; "{output}" is the head's one output layer, named by task in HF.
-# The replaced-token detection head has only ELECTRA's names, in either layout.
-RTD_KEYS = {"rtd.dense.{p}": "discriminator_predictions.dense.{p}",
-            "rtd.prediction.{p}": "discriminator_predictions.dense_prediction.{p}"}
-HEAD_KEYS: dict[str, str] = {
-    "mlm.dense.{p}": "cls.predictions.transform.dense.{p}",
-    "mlm.norm.{p}": "cls.predictions.transform.LayerNorm.{p}",
-    "mlm.bias": "cls.predictions.bias",
-    "nsp.{p}": "cls.seq_relationship.{p}",
-    "output.{p}": "{output}.{p}",
-    **RTD_KEYS,
-}
-ELECTRA_HEAD_KEYS: dict[str, str] = {
-    "mlm.dense.{p}": "generator_predictions.dense.{p}",
-    "mlm.norm.{p}": "generator_predictions.LayerNorm.{p}",
-    "mlm.bias": "generator_lm_head.bias",  # its weight is tied to the word embeddings
-    "output.{p}": "{output}.{p}",
-    **RTD_KEYS,
-}
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Layout:
-    """One family of HF classes: config.json's model_type, the prefix of the encoder's keys in a
-    head's file, the heads' keys, and HF's class name for each of ours where they differ."""
-
-    model_type: str
-    prefix: str
-    heads: dict[str, str]
-    classes: dict[str, str]
-    pooler: bool  # whether its files hold one: in ELECTRA's, ours always starts new
-
-    def hf_class(self, ours: str) -> str:
-        return self.classes.get(ours, ours)
-
-
-LAYOUTS = {
-    "bert": Layout("bert", "bert.", HEAD_KEYS, {}, pooler=True),
-    "electra": Layout("electra", "electra.", ELECTRA_HEAD_KEYS,
-                      {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",
-                       "BertForTokenClassification": "ElectraForTokenClassification",
-                       "BertForQuestionAnswering": "ElectraForQuestionAnswering"}, pooler=False),
-}
-OUTPUT_LAYER = {"BertForQuestionAnswering": "qa_outputs"}  # every other head: "classifier"
+# ---- the key tables (each family's, in bertkit.families) ----
 _OURS_ENCODER = "encoder."  # where a head keeps its encoder
 _TIED = "mlm.word_embeddings.weight"  # the decoder, tied to the word embeddings
 _VOCAB_ROWS = ("embeddings.word.weight", "mlm.bias")  # padded to a multiple of 64 inside the model
-# HF keys that carry no information of their own: buffers and tied copies.
-_REDUNDANT = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$|^generator_lm_head\.weight$")
-_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "generator_predictions.", "generator_lm_head.",
-                  "discriminator_predictions.")
-_HEAD_MARKS = (("cls.predictions.", "masked-LM"), ("generator_predictions.", "masked-LM"),
-               ("cls.seq_relationship.", "next-sentence"), ("discriminator_predictions.", "replaced-token detection"),
-               ("pooler.dense.", "pooler"), ("classifier.", "classifier"), ("qa_outputs.", "question-answering"))
+LAYOUTS = FAMILIES  # the name ELECTRA's code reads them by
 
 
-def save_layout(model) -> Layout:
-    """The layout `model` is written in: its class's (`hf_layout`), or ELECTRA's when it has an
-    embedding projection, which BERT's layout has no place for."""
-    return LAYOUTS["electra" if model.config.embedding_size is not None else model.hf_layout]
+def save_family(model) -> Family:
+    """The family `model` is written in (see the module docstring)."""
+    config = model.config
+    if model.hf_layout == "electra" or (config.embedding_size is not None and config.model_type in ("bert", "electra")):
+        return ELECTRA
+    return BERT if config.model_type == "electra" else family_of(config.model_type)
 
 
-def layout_of(config_json: dict) -> Layout:
-    """The layout of a directory whose config.json `config_from_dict` has accepted."""
-    return LAYOUTS[config_json.get("model_type", "bert")]
+save_layout = save_family
 
 
-def _output_layer(model) -> str:
-    return next((OUTPUT_LAYER[c.__name__] for c in type(model).__mro__ if c.__name__ in OUTPUT_LAYER), "classifier")
+def layout_of(config_json: dict) -> Family:
+    """The family of a directory whose config.json `config_from_dict` has accepted."""
+    return family_of(config_json.get("model_type", "bert"))
+
+
+# our head classes (bertkit.heads.HEADS), by name: the names the families' class tables use
+HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+                "BertForTokenClassification", "BertForQuestionAnswering")
+
+
+def _head_class(model) -> str:
+    """Our head class `model` is (or derives from): the name families' tables use."""
+    return next((c.__name__ for c in type(model).__mro__ if c.__name__ in HEAD_CLASSES), type(model).__name__)
 
 
 def _lookup(table: dict, name: str) -> tuple[str | tuple[str, ...] | None, str | None, str | None]:
@@ -213,32 +149,33 @@ def _lookup(table: dict, name: str) -> tuple[str | tuple[str, ...] | None, str |
     return table.get(stem + ".{p}"), layer and layer.group(1), p
 
 
-def hf_names(model, our_name: str, layout: Layout | None = None) -> tuple[tuple[str, ...], bool]:
-    """HF key(s) for one of `model`'s parameter names in `layout` (the one it is saved in unless
+def hf_names(model, our_name: str, family: Family | None = None) -> tuple[tuple[str, ...], bool]:
+    """HF key(s) for one of `model`'s parameter names in `family` (the one it is saved in unless
     given), and whether it belongs to the encoder."""
-    layout = layout or save_layout(model)
+    family = family or save_family(model)
     in_head = our_name.startswith(_OURS_ENCODER)
-    for table, encoder, name in ((ENCODER_KEYS, True, our_name.removeprefix(_OURS_ENCODER)),
-                                 (layout.heads, False, our_name)):
+    output = family.output_layer(_head_class(model))
+    for table, encoder, name in ((family.encoder_keys, True, our_name.removeprefix(_OURS_ENCODER)),
+                                 (family.head_keys, False, our_name)):
         hf, layer, p = _lookup(table, name)
         if hf is None:
             continue
-        names = tuple(n.replace("{}", str(layer)).replace("{p}", str(p)).replace("{output}", _output_layer(model))
+        names = tuple(n.replace("{}", str(layer)).replace("{p}", str(p)).replace("{output}", output)
                       for n in (hf if isinstance(hf, tuple) else (hf,)))
-        prefix = layout.prefix if encoder and in_head else ""
+        prefix = family.prefix if encoder and in_head else ""
         return tuple(prefix + n for n in names), encoder
     raise KeyError(our_name)
 
 
 def to_hf_state_dict(model: nn.Module, leave_out: tuple[str, ...] = ()) -> dict[str, Tensor]:
     """Our state dict in HF's names and shapes (fused QKV split, vocabulary padding dropped), in
-    the layout `model` is saved in; parameters whose names start with `leave_out` are left out."""
-    vocab, layout = model.config.vocab_size, save_layout(model)
+    the family `model` is saved in; parameters whose names start with `leave_out` are left out."""
+    vocab, family = model.config.vocab_size, save_family(model)
     out: dict[str, Tensor] = {}
     for name, tensor in model.state_dict().items():
         if name.endswith(_TIED) or (leave_out and name.startswith(leave_out)):
             continue
-        keys, _ = hf_names(model, name, layout)
+        keys, _ = hf_names(model, name, family)
         if name.endswith(_VOCAB_ROWS):
             tensor = tensor[:vocab]
         for key, part in zip(keys, tensor.chunk(len(keys), dim=0)):
@@ -247,18 +184,32 @@ def to_hf_state_dict(model: nn.Module, leave_out: tuple[str, ...] = ()) -> dict[
 
 
 # ---- what a directory holds ----
-def heads_in(keys) -> list[str]:
-    """The heads whose weights appear among HF keys: masked-LM, next-sentence, pooler, ..."""
+def heads_in(keys, model_type: str = "bert") -> list[str]:
+    """The heads whose weights appear among HF keys of a `model_type` directory: masked-LM,
+    next-sentence, pooler, classifier, ..."""
     keys = list(keys)
-    return list(dict.fromkeys(name for mark, name in _HEAD_MARKS  # BERT's and ELECTRA's MLM heads: one name
-                              if any(k.startswith(mark) or (mark == "pooler.dense." and mark in k) for k in keys)))
+    marks = family_of(model_type).marks if model_type in FAMILIES else FAMILIES["bert"].marks
+    found = [name for mark, name in marks if any(k.startswith(mark) for k in keys)]
+    summary = "pooler." if model_type == "deberta-v2" else None  # DeBERTa's classifier layer, not a pooler
+    if any(".pooler." in f".{k}" and not (summary and k.startswith(summary)) for k in keys):
+        found.append("pooler")
+    return list(dict.fromkeys(found))
 
 
-def parameter_count(shapes: dict[str, list[int]]) -> int:
+def our_architectures(config_json: dict) -> list[str]:
+    """config.json's `architectures` as our class names (RobertaForMaskedLM -> BertForMaskedLM);
+    a name no family maps is kept as it is."""
+    family = FAMILIES.get(config_json.get("model_type", "bert"), BERT)
+    theirs = {hf: ours for ours, hf in family.classes.items()}
+    return [theirs.get(name, name) for name in config_json.get("architectures") or []]
+
+
+def parameter_count(shapes: dict[str, list[int]], model_type: str = "bert") -> int:
     """Parameters of a directory's tensors, without buffers and the tied MLM decoder's copies."""
+    family = FAMILIES.get(model_type, FAMILIES["bert"])
     total = 0
     for key, shape in shapes.items():
-        if _REDUNDANT.search(key):
+        if family.is_redundant(key):
             continue
         n = 1
         for s in shape:
@@ -268,16 +219,24 @@ def parameter_count(shapes: dict[str, list[int]]) -> int:
 
 
 # ---- loading ----
-def _normalise_keys(state: dict[str, Tensor], want_prefix: bool, prefix: str) -> dict[str, Tensor]:
-    """Legacy LayerNorm names, and the layout's "bert." / "electra." prefix added or dropped to suit
-    the target."""
+# keys older files (or other heads' layouts) use for what the tables call otherwise
+_RENAMED = {**DEBERTA_RENAMED}
+
+
+def _normalise_keys(state: dict[str, Tensor], want_prefix: bool, family: Family) -> dict[str, Tensor]:
+    """Legacy LayerNorm names and renamed heads, without redundant copies, and the family's
+    prefix ("bert.", "roberta.", ...) added or dropped to suit the target."""
     out = {}
+    prefix, heads = family.prefix, family.head_prefixes
     for key, t in state.items():
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
         key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
-        if _REDUNDANT.search(key):
+        for old, new in _RENAMED.items():
+            if key.startswith(old):
+                key = new + key[len(old):]
+        if family.is_redundant(key):
             continue
-        is_head = key.startswith(_HEAD_PREFIXES)
+        is_head = key.startswith(heads)
         if want_prefix and not is_head and not key.startswith(prefix):
             key = prefix + key
         elif not want_prefix and key.startswith(prefix):
@@ -292,7 +251,7 @@ def _listing(keys: list[str], most: int = 4) -> str:
     return f"{shown} and {len(keys) - most} more" if len(keys) > most else shown
 
 
-def _matched(model, state, same_architecture: bool, layout: Layout, shared: tuple[str, ...]):
+def _matched(model, state, same_architecture: bool, family: Family, shared: tuple[str, ...]):
     """(tensors to copy by our name, HF keys used, HF keys missing, shape problems, initialised)."""
     import torch
 
@@ -301,11 +260,11 @@ def _matched(model, state, same_architecture: bool, layout: Layout, shared: tupl
     for name, target in model.state_dict().items():
         if name.endswith(_TIED) or (shared and name.startswith(shared)):
             continue
-        keys, encoder = hf_names(model, name, layout)
+        keys, encoder = hf_names(model, name, family)
         if not all(k in state for k in keys):
             # A head (or a pooler) the checkpoint never had starts from BERT's initialisation.
             pooler = ".pooler." in f".{name}"
-            if (not same_architecture and (not encoder or pooler)) or (pooler and not layout.pooler):
+            if (not same_architecture and (not encoder or pooler)) or (pooler and not family.pooler):
                 initialized.extend(keys)
             else:
                 missing.extend(k for k in keys if k not in state)
@@ -323,18 +282,19 @@ def _matched(model, state, same_architecture: bool, layout: Layout, shared: tupl
 
 
 def load_hf_state_dict(model: nn.Module, state: dict[str, Tensor], same_architecture: bool,
-                       source: object = "checkpoint", layout: Layout = LAYOUTS["bert"],
+                       source: object = "checkpoint", layout: Family | None = None,
                        shared: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Copy an HF state dict in `layout` into `model`; returns {"initialized": [...], "skipped": [...]}
-    (HF keys). Parameters whose names start with `shared` are not in the file: another model's,
-    saved beside it (`save_pretrained`'s `leave_out`), fill them."""
+    """Copy an HF state dict in family `layout` (BERT's unless given) into `model`; returns
+    {"initialized": [...], "skipped": [...]} (HF keys). Parameters whose names start with `shared`
+    are not in the file: another model's, saved beside it (`save_pretrained`'s `leave_out`), fill them."""
     import torch
 
+    family = layout or BERT
     want_prefix = any(k.startswith(_OURS_ENCODER) for k in model.state_dict())
-    state = _normalise_keys(state, want_prefix, layout.prefix)
-    new, used, missing, shapes, initialized = _matched(model, state, same_architecture, layout, shared)
+    state = _normalise_keys(state, want_prefix, family)
+    new, used, missing, shapes, initialized = _matched(model, state, same_architecture, family, shared)
     leftover = [k for k in state if k not in used]
-    skipped = [k for k in leftover if k.startswith(_HEAD_PREFIXES) or ("pooler." in k and not same_architecture)]
+    skipped = [k for k in leftover if k.startswith(family.head_prefixes) or ("pooler" in k and not same_architecture)]
     unexpected = [k for k in leftover if k not in skipped]
     problems = []
     if missing:
@@ -355,7 +315,7 @@ def load_hf_state_dict(model: nn.Module, state: dict[str, Tensor], same_architec
 class PretrainedMixin:
     """`from_pretrained` / `save_pretrained` on Hugging Face model directories."""
 
-    hf_layout = "bert"  # the layout `save_pretrained` writes (`save_layout`); ELECTRA's classes say "electra"
+    hf_layout = "bert"  # ELECTRA's classes say "electra": written in ELECTRA's layout (`save_family`)
 
     @classmethod
     def from_pretrained(cls, path, **config_changes):
@@ -369,16 +329,16 @@ class PretrainedMixin:
             except (TypeError, ValueError) as e:
                 raise UserError(f"bad model config: {e}", path) from None
         saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        layout = layout_of(saved)
+        family = layout_of(saved)
         model = cls(config)
-        same_architecture = layout.hf_class(cls.__name__) in (saved.get("architectures") or [])
-        model.load_report = load_hf_state_dict(model, read_state_dict(path), same_architecture, path, layout)
+        same_architecture = family.hf_class(cls.__name__) in (saved.get("architectures") or [])
+        model.load_report = load_hf_state_dict(model, read_state_dict(path), same_architecture, path, family)
         return model
 
     def save_pretrained(self, path, tokenizer=None, leave_out: tuple[str, ...] = ()) -> None:
         """Write config.json and model.safetensors (and the tokenizer's files when given),
-        each atomically, in the model's layout (`save_layout`); transformers' class of the same
-        name (ELECTRA's: of the same role) loads the folder strictly. `leave_out`: parameters not
+        each atomically, in the model's family (`save_family`); transformers' class of the same
+        role in that family loads the folder strictly. `leave_out`: parameters not
         written, by prefix of our names (shared with a model saved beside it)."""
         from safetensors.torch import save_file
 
@@ -386,10 +346,10 @@ class PretrainedMixin:
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        layout = save_layout(self)
+        family = save_family(self)
         with atomic_path(path / WEIGHTS) as tmp:
             save_file(to_hf_state_dict(self, leave_out), str(tmp), metadata={"format": "pt"})
-        write_json(path / "config.json", {**config_to_dict(self.config, layout.model_type),
-                                          "architectures": [layout.hf_class(type(self).__name__)]})
+        write_json(path / "config.json", {**config_to_dict(self.config, family.name),
+                                          "architectures": [family.hf_class(_head_class(self))]})
         if tokenizer is not None:
             tokenizer.save_pretrained(path)

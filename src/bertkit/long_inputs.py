@@ -142,8 +142,8 @@ class Plan:
     def __init__(self, contents: Sequence[Sequence[int]], max_length: int, tokenizer,
                  prefixes: Sequence[Sequence[int]] | None = None, stride: int | None = None,
                  first_only: bool = False, max_tokens: int = MAX_INPUT_TOKENS):
-        """`tokenizer` gives the special ids (cls_id, sep_id, pad_id)."""
-        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+        """`tokenizer` gives the special tokens' places (its `template`) and the padding id."""
+        self.template, self.pad_id = tokenizer.template, tokenizer.pad_id
         self.max_length = max_length
         self.contents = [np.asarray(c, dtype=np.int64) for c in contents]
         self.prefix_cut = 0  # first segments longer than half the limit, cut to it
@@ -168,7 +168,7 @@ class Plan:
         self.first_row = np.searchsorted(self.owner, np.arange(len(self.contents)))  # owner ascends
 
     def _prefix(self, ids: Sequence[int], max_length: int) -> list[int]:
-        keep = max(1, (max_length - 3) // 2)
+        keep = max(1, (max_length - self.template.pair_count) // 2)
         if len(ids) > keep:
             self.prefix_cut += 1
         return list(ids[:keep])
@@ -176,8 +176,8 @@ class Plan:
     def window(self, i: int) -> int:
         """Content tokens per window of input i: the limit less its specials and first segment."""
         if self.prefixes is None:
-            return self.max_length - 2
-        return self.max_length - 3 - len(self.prefixes[i])
+            return self.max_length - self.template.single_count
+        return self.max_length - self.template.pair_count - len(self.prefixes[i])
 
     def __len__(self) -> int:
         return len(self.owner)
@@ -185,21 +185,25 @@ class Plan:
     @property
     def lengths(self) -> np.ndarray:
         """(R,) tokens of each row, specials included."""
-        extra = 2 if self.prefixes is None else np.asarray([3 + len(self.prefixes[i]) for i in self.owner])
+        if self.prefixes is None:
+            extra = self.template.single_count
+        else:
+            extra = np.asarray([self.template.pair_count + len(self.prefixes[i]) for i in self.owner])
         return (self.stop - self.start) + extra
 
     def offset(self, r: int) -> int:
         """Position in row r of its first content token."""
-        return 1 if self.prefixes is None else 2 + len(self.prefixes[self.owner[r]])
+        if self.prefixes is None:
+            return len(self.template.single[0])
+        return self.template.second_offset(len(self.prefixes[self.owner[r]]))
 
     def row(self, r: int) -> tuple[list[int], list[int]]:
-        """(input ids, token type ids) of row r."""
+        """(input ids, token type ids) of row r, laid out as the tokenizer lays out one text or a pair."""
         i, a, b = int(self.owner[r]), int(self.start[r]), int(self.stop[r])
-        body = [*self.contents[i][a:b].tolist(), self.sep_id]
+        body = self.contents[i][a:b].tolist()
         if self.prefixes is None:
-            return [self.cls_id, *body], [0] * (len(body) + 1)
-        head = [self.cls_id, *self.prefixes[i], self.sep_id]
-        return head + body, [0] * len(head) + [1] * len(body)
+            return self.template.wrap(body)
+        return self.template.wrap(self.prefixes[i], body)
 
     def rows(self, i: int) -> range:
         """The rows of input i."""

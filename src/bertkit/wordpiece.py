@@ -1,4 +1,5 @@
-"""Learning a WordPiece vocabulary that is the same on every run: count words, then merge pairs.
+"""Learning a WordPiece vocabulary that is the same on every run: read the files and count words
+(`read_pieces`), then merge pairs.
 
 The `tokenizers` WordPieceTrainer (BPE merges over word counts) numbers the "##" continuation
 pieces in the order it walks a hash map of the words, whose seed is random per process, and
@@ -25,7 +26,8 @@ import itertools
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 
 PREFIX = "##"
 LINES_PER_CHUNK = 4096  # lines joined before one split and count: fewer, larger calls into C
@@ -172,3 +174,46 @@ def _apply(a: int, b: int, new: int, held: list[int], words: list[list[int]], co
             word[j:j + 2] = [new]
             j += 1
     return grown
+
+
+def read_pieces(paths: list[Path], status: bool = False, every_s: float = 15.0) -> Counter:
+    """The space-separated pieces of every file, counted (`count_pieces`).
+
+    A file `read_lines` refuses (not valid UTF-8, as a binary file is, or a broken .gz/.xz) is
+    skipped whole with a warning on stderr naming file and line, as `bertkit prepare` skips it,
+    so the vocabulary comes from the text prepare will use. When no file is left, the error
+    itself is raised: one line.
+    With `status`, a line on stderr every `every_s` seconds says how far reading has got."""
+    from bertkit.errors import UserError
+    from bertkit.io import read_lines
+
+    pieces: Counter = Counter()
+    skipped: list = []  # UserErrors
+    chars = 0
+
+    def tally(lines: Iterator[str]) -> Iterator[str]:
+        nonlocal chars
+        for line in lines:
+            chars += len(line) + 1
+            yield line
+
+    start = last = time.perf_counter()
+    for n, p in enumerate(paths, start=1):
+        try:
+            # added only once read whole: a skipped file leaves nothing behind, as in prepare
+            pieces.update(count_pieces(tally(read_lines(p))))
+        except UserError as e:
+            skipped.append(e)
+        now = time.perf_counter()
+        # a closing total too, once reading has been long enough to need status lines
+        if status and (now - last >= every_s or (n == len(paths) and now - start >= every_s)):
+            last = now
+            print(f"read {n}/{len(paths)} files, {chars / 1e6:.1f} M characters, "
+                  f"{chars / 1e6 / (now - start):.2f} M/s", file=sys.stderr, flush=True)
+    if skipped and not pieces:
+        if len(skipped) == 1:
+            raise skipped[0]
+        raise UserError(f"no text to learn a vocabulary from: {len(skipped)} files skipped, the first {skipped[0]}")
+    for e in skipped:
+        print(f"warning: {e}; skipped this file", file=sys.stderr, flush=True)
+    return pieces

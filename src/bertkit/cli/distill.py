@@ -137,9 +137,9 @@ def run(args) -> int:
     main = d["main_metric"]
     teacher, student = d["teacher_dev"].get(main, float("nan")), d["student_dev"].get(main, float("nan"))
     agreement = d["student_dev"].get("teacher_agreement")
-    print(f"done in {results['time_s']:.0f}s. dev {main}: teacher {teacher:.2f}, student {student:.2f} "
-          f"({100 * student / teacher:.1f}% kept)" + (f", agreement with the teacher {agreement:.2f}" if agreement
-                                                     is not None else ""))
+    kept = f" ({100 * student / teacher:.1f}% kept)" if teacher else ""  # a teacher at 0 keeps no ratio
+    print(f"done in {results['time_s']:.0f}s. dev {main}: teacher {teacher:.2f}, student {student:.2f}{kept}"
+          + (f", agreement with the teacher {agreement:.2f}" if agreement is not None else ""))
     print(f"  parameters: teacher {d['teacher_parameters']:,}, student {d['student_parameters']:,}; "
           f"student from {d['student'].get('init') or d['student'].get('from')}"
           + (f" layers {','.join(map(str, d['student']['teacher_layers']))}"

@@ -68,10 +68,12 @@ class MaskingConfig:
 
 
 def continuation_table(tokenizer) -> torch.Tensor:
-    """Bool (vocab_size,): True for WordPiece continuation pieces ("##..."), for whole-word masking."""
+    """Bool (vocab_size,): True for the tokens that continue a word, for whole-word masking:
+    `tokenizer.continues_word` (WordPiece "##x"; byte-level BPE and SentencePiece pieces without
+    their word-start mark Ġ or ▁; never a special token)."""
     table = torch.zeros(len(tokenizer.vocab), dtype=torch.bool)
     for token, i in tokenizer.vocab.items():
-        if token.startswith("##"):
+        if tokenizer.continues_word(token):
             table[i] = True
     return table
 

@@ -187,8 +187,11 @@ def prepare_corpus(inputs: list, tokenizer_dir, out, options: PrepareOptions = P
     from bertkit.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
-    if "[MASK]" not in tokenizer.vocab:
-        raise UserError("the vocabulary has no [MASK] token, which masked-LM pretraining needs", tokenizer_dir)
+    try:
+        tokenizer.mask_id  # noqa: B018 - read for its check
+    except UserError:
+        raise UserError("the vocabulary has no mask token ([MASK], <mask>), which masked-LM pretraining needs",
+                        tokenizer_dir) from None
     found = expand_inputs(inputs)
     files, warnings = text_files(found)
     for warning in warnings:

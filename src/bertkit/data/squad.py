@@ -128,7 +128,7 @@ def make_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 38
     rows: dict[str, list] = {k: [] for k in ("ids", "types", "index", "offsets", "start", "end", "max")}
     for index, (example, question) in enumerate(zip(examples, questions)):
         q_ids = question.ids[:max_query_len]
-        if max_seq_len - len(q_ids) - 3 < 1:
+        if max_seq_len - len(q_ids) - tokenizer.template.pair_count < 1:
             raise UserError(f"max_seq_len {max_seq_len} leaves no room for context after a "
                             f"{len(q_ids)}-token question")
         for row in _windows(example, q_ids, context_encoding[example.context], tokenizer, max_seq_len, doc_stride):
@@ -147,8 +147,10 @@ def make_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 38
 
 
 def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_seq_len: int, doc_stride: int):
-    """One dict per window of one example: [CLS] question [SEP] window [SEP]."""
-    window = max_seq_len - len(q_ids) - 3
+    """One dict per window of one example: [CLS] question [SEP] window [SEP], or the tokenizer's
+    own pair layout (RoBERTa: <s> question </s></s> window </s>)."""
+    template = tokenizer.template
+    window = max_seq_len - len(q_ids) - template.pair_count
     c_ids, c_offsets = context.ids, context.offsets
     answer = None
     if example.answers:
@@ -156,17 +158,19 @@ def _windows(example: SquadExample, q_ids: list[int], context, tokenizer, max_se
         answer = _answer_tokens(c_offsets, char_start, char_start + len(text))
     starts = window_starts(len(c_ids), window, doc_stride)
     best_window = max_context_window(starts, window, len(c_ids))
-    prefix = 2 + len(q_ids)  # [CLS] question [SEP]
+    prefix = template.second_offset(len(q_ids))  # [CLS] question [SEP]
+    after = len(template.pair[2])
     for w, start in enumerate(starts):
         stop = min(start + window, len(c_ids))
         s = e = 0  # [CLS] unless the whole answer lies inside this window
         if answer is not None and start <= answer[0] and answer[1] < stop:
             s, e = answer[0] - start + prefix, answer[1] - start + prefix
+        ids, types = template.wrap(q_ids, c_ids[start:stop])
         yield {
-            "ids": [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *c_ids[start:stop], tokenizer.sep_id],
-            "types": [0] * prefix + [1] * (stop - start + 1),
-            "offsets": [None] * prefix + list(c_offsets[start:stop]) + [None],
-            "max": [False] * prefix + (best_window[start:stop] == w).tolist() + [False],
+            "ids": ids,
+            "types": types,
+            "offsets": [None] * prefix + list(c_offsets[start:stop]) + [None] * after,
+            "max": [False] * prefix + (best_window[start:stop] == w).tolist() + [False] * after,
             "start": s,
             "end": e,
         }

@@ -83,7 +83,7 @@ class OnnxModel:
                 value = np.ones_like(ids) if name == "attention_mask" else np.zeros_like(ids)
             feed[name] = np.asarray(value.cpu() if isinstance(value, Tensor) else value, dtype=np.int64)
         names = self.meta["outputs"]
-        return dict(zip(names, self.session.run(names, feed)))
+        return dict(zip(names, self.session.run(names, graph_feed(self.session, feed))))
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states=False, **_):
         from bertkit.heads import HeadOutput, PreTrainingOutput, QAOutput
@@ -134,3 +134,10 @@ def load_onnx_head(folder: str | os.PathLike, head: type, labels: list[str] | No
 
     check_labels(model.config, labels, folder)
     return model
+
+
+def graph_feed(session, feed: dict) -> dict:
+    """The inputs of `feed` the graph takes: an input no output depends on (DistilBERT's and
+    ModernBERT's token type ids) is not in the traced graph."""
+    names = {i.name for i in session.get_inputs()}
+    return {k: v for k, v in feed.items() if k in names}

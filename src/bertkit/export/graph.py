@@ -78,8 +78,10 @@ class HeadGraph(nn.Module):
 
 
 def _architecture(model_dir: Path) -> str | None:
+    from bertkit.hf import our_architectures
+
     try:
-        names = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+        names = our_architectures(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     return next((n for n in names if n in HEAD_OUTPUTS), None)

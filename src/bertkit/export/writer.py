@@ -25,6 +25,7 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.export import META_FILE
+from bertkit.export.backend import graph_feed
 from bertkit.export.graph import INPUTS, build_graph, graph_kind
 from bertkit.st import model_normalizes
 
@@ -40,7 +41,7 @@ def sample_inputs(config, batches=((2, 16), (3, 7), (1, 33)), seed: int = 0) -> 
     rng = np.random.default_rng(seed)
     out = []
     for B, T in batches:
-        T = min(T, config.max_position_embeddings)
+        T = min(T, config.max_tokens)
         ids = rng.integers(5, config.vocab_size, size=(B, T), dtype=np.int64)
         mask = np.ones((B, T), dtype=np.int64)
         types = np.zeros((B, T), dtype=np.int64)
@@ -81,7 +82,7 @@ def compare(module, names, path: Path, config) -> dict[str, float]:
     session = _session(path)
     worst = dict.fromkeys(names, 0.0)
     for feed in sample_inputs(config, seed=1):
-        got = session.run(list(names), feed)
+        got = session.run(list(names), graph_feed(session, feed))
         with torch.no_grad():
             want = module(*(torch.from_numpy(v) for v in feed.values()))
         want = want if isinstance(want, tuple) else (want,)
@@ -109,7 +110,7 @@ def _int8_report(module, names, path: Path, config, kind: str) -> dict:
     if kind == "embedding":
         session, cosines = _session(path), []
         for feed in sample_inputs(config, seed=2):
-            got = session.run(["sentence_embedding"], feed)[0]
+            got = session.run(["sentence_embedding"], graph_feed(session, feed))[0]
             with torch.no_grad():
                 want = module(*(torch.from_numpy(v) for v in feed.values()))[1].numpy()
             cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1) + 1e-12)

@@ -136,8 +136,8 @@ def job_settings(job: FinetuneJob) -> dict:
 def check_length(task: Task, config, model_dir: Path) -> None:
     """A task's inputs must fit the model's positions: a UserError naming --max-seq-len otherwise."""
     length = task.max_seq_len
-    if length is not None and length > config.max_position_embeddings:
-        raise UserError(f"--max-seq-len {length} exceeds the model's {config.max_position_embeddings} positions",
+    if length is not None and length > config.max_tokens:
+        raise UserError(f"--max-seq-len {length} exceeds the model's {config.max_tokens} positions",
                         model_dir)
 
 

@@ -60,8 +60,20 @@ def _load(cfg: TrainConfig, path: Path):
 
 def _bert(cfg: TrainConfig, manifest: dict):
     if cfg.init_from:
-        return _head(cfg).from_pretrained(cfg.init_from)
+        return bidirectional(_head(cfg).from_pretrained(cfg.init_from))
     return initialise(_head(cfg)(model_config(cfg, manifest)), cfg.init)
+
+
+def bidirectional(model):
+    """`model` reading both directions: a left-to-right (causal) model continued as a masked LM
+    (causal-then-masked pretraining) keeps every weight and attends both ways from its first step."""
+    if model.config.attention == "causal":
+        config = model.config.replace(attention="bidirectional")
+        for module in model.modules():
+            if getattr(module, "config", None) is not None:
+                module.config = config
+        model.load_report = {**getattr(model, "load_report", {}), "was_causal": True}
+    return model
 
 
 def _electra(cfg: TrainConfig, manifest: dict):
@@ -69,7 +81,7 @@ def _electra(cfg: TrainConfig, manifest: dict):
     from bertkit.electra import ElectraForPreTraining, ElectraPretraining, default_width, generator_config
 
     if cfg.init_from:
-        discriminator = ElectraForPreTraining.from_pretrained(cfg.init_from)
+        discriminator = bidirectional(ElectraForPreTraining.from_pretrained(cfg.init_from))
     else:
         discriminator = ElectraForPreTraining(model_config(cfg, manifest))
     config = discriminator.config

@@ -130,6 +130,8 @@ def init_report(source: str, report: dict, generator=None) -> str:
     skipped = heads_in(report.get("skipped", []))
     if skipped:
         line += f"; not used: {', '.join(skipped)}"
+    if report.get("was_causal"):
+        line += "; its left-to-right attention now reads both directions (causal-then-masked)"
     return line
 
 

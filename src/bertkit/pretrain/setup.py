@@ -245,7 +245,7 @@ def model_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
         config = BertConfig.preset(cfg.preset, **changes)
     except (TypeError, ValueError) as e:
         raise UserError(f"bad model config: {e}") from None
-    if config.max_position_embeddings < int(manifest["max_seq_len"]):
+    if config.max_tokens < int(manifest["max_seq_len"]):
         raise UserError(f"max_position_embeddings {config.max_position_embeddings} is below the data's "
                         f"max_seq_len {manifest['max_seq_len']}: raise it with --config-json")
     return config
@@ -256,13 +256,13 @@ def _init_config(cfg: TrainConfig, manifest: dict) -> BertConfig:
     from bertkit.hf import load_config
 
     config = load_config(cfg.init_from)
-    if config.attention == "causal":
-        raise UserError("is a left-to-right (causal) model; continued pretraining runs MLM", cfg.init_from)
+    if config.attention == "causal":  # causal-then-masked: the left-to-right model continues bidirectionally
+        config = config.replace(attention="bidirectional")
     if int(manifest["vocab_size"]) > config.vocab_size:
         raise UserError(f"the data's vocabulary ({manifest['vocab_size']} entries) is larger than the model's "
                         f"({config.vocab_size})", cfg.init_from)
-    if config.max_position_embeddings < int(manifest["max_seq_len"]):
-        raise UserError(f"the model has {config.max_position_embeddings} positions but the data's max_seq_len is "
+    if config.max_tokens < int(manifest["max_seq_len"]):
+        raise UserError(f"the model reads {config.max_tokens} tokens but the data's max_seq_len is "
                         f"{manifest['max_seq_len']}: prepare it with a smaller --max-seq-len", cfg.init_from)
     return config
 
@@ -375,6 +375,8 @@ def check_resume(cfg: TrainConfig, checkpoint_dir: Path, manifest: dict) -> dict
             problems.append(f"data (another prepared corpus: {', '.join(shown[:4])})")
     trained = dataclasses.asdict(load_config(checkpoint_dir))
     asked = dataclasses.asdict(model_config(cfg, manifest))
+    if {trained["model_type"], asked["model_type"]} == {"bert", "electra"}:  # one encoder, ELECTRA's layout on disk
+        trained["model_type"] = asked["model_type"]
     shape = _differences(trained, asked, trained)
     if shape:
         problems.append(f"model shape from --preset/--config-json ({', '.join(shape)})")

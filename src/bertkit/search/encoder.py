@@ -60,5 +60,5 @@ class Encoder:
         """(N,) the rows `encode(texts, chunks=True)` will give each text (its windows)."""
         from bertkit.embed import text_plan
 
-        limit = min(self.max_length, self.model.config.max_position_embeddings)
+        limit = min(self.max_length, self.model.config.max_tokens)
         return np.bincount(text_plan(self.tokenizer, texts, limit, self.policy).owner, minlength=len(texts))

@@ -37,7 +37,7 @@ class Reranker:
                             "(`bertkit finetune --task rerank`)", model_dir)
         self.model = model.eval().to(device)
         self.tokenizer = Tokenizer.from_pretrained(model_dir)
-        self.max_length = min(max_length, model.config.max_position_embeddings)
+        self.max_length = min(max_length, model.config.max_tokens)
         self.batch_size, self.device = batch_size, device
 
     @torch.inference_mode()

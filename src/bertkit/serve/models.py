@@ -77,7 +77,7 @@ class ModelSpec:
 
 
 def _kind(heads: list[str], architectures: list[str], task: str | None) -> str:
-    if "question-answering" in heads:
+    if "question-answering" in heads or "BertForQuestionAnswering" in architectures:
         return "question-answering"
     if "classifier" in heads:
         if "BertForTokenClassification" in architectures or task == "ner":
@@ -89,7 +89,7 @@ def _kind(heads: list[str], architectures: list[str], task: str | None) -> str:
 
 
 def _max_length(path: Path, config, kind: str, saved: dict) -> int:
-    limit = config.max_position_embeddings
+    limit = config.max_tokens
     settings = path / "sentence_bert_config.json"
     if kind == "question-answering":
         return min(limit, int(saved.get("max_seq_len") or QA_WINDOW))
@@ -155,7 +155,7 @@ def _labels(config, kind: str) -> list[str]:
 def _describe_weights(name: str, path: Path, int8: bool = False) -> ModelSpec:
     from bertkit.finetune.feature_ner import TAGGER_CONFIG
     from bertkit.finetune.registry import saved_settings
-    from bertkit.hf import heads_in, load_config, weight_shapes
+    from bertkit.hf import heads_in, load_config, our_architectures, weight_shapes
     from bertkit.st import model_pooling
     from bertkit.tokenizer import Tokenizer
 
@@ -163,8 +163,8 @@ def _describe_weights(name: str, path: Path, int8: bool = False) -> ModelSpec:
     if (path / TAGGER_CONFIG).exists():
         raise UserError("a feature-based tagger (BiLSTM on frozen features) is not served; serve a "
                         "fine-tuned token classifier", path)
-    heads = heads_in(weight_shapes(path))
-    architectures = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    heads = heads_in(weight_shapes(path), config.model_type)
+    architectures = our_architectures(json.loads((path / "config.json").read_text(encoding="utf-8")))
     saved = saved_settings(path)
     kind = _kind(heads, architectures, saved.get("task"))
     tokenizer = Tokenizer.from_pretrained(path)

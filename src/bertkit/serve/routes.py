@@ -81,7 +81,7 @@ def encode(spec: ModelSpec, body: dict, limits: Limits, route: str, inputs: list
     policy = long_inputs(route, body, limits)
     if policy != "windows":
         return encode_cut(spec, inputs, policy, field, pairs)
-    window = spec.max_length - 2  # a single text's window; a pair's first text takes some of it
+    window = spec.max_length - spec.tokenizer.template.single_count  # a single text's; a pair's first text takes some
     stride = None if body.get("window_stride") is None else integer(body, "window_stride", 1, 1, window)
     return encode_windows(spec, inputs, pairs, stride or spec.policy.stride, limits)
 
