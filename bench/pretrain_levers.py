@@ -61,6 +61,7 @@ SHAPES = {
 # what the reference's does ("same_cost": only the schedule or the starting values change, so the
 # arm takes the reference's steps rather than a count from its own, noisier, timing).
 SAME = {"same_cost": True}
+LATER = {"round": 2}  # run when named in --arms, not by default
 ARMS = {
     "reference": {},
     "mask25": {"train": {"mask_rate": 0.25}},
@@ -83,6 +84,26 @@ ARMS = {
     "no-nsp": {"train": {"objective": "mlm"}, "shapes": ("ablation",)},
     "causal-then-masked": {"ltr_share": 0.3},
     "vocab4k": {"vocab": 4000},
+    # second round: the first round's winners together (the issue's levers one at a time come first)
+    "warmup25": {"train": {"warmup": 0.25}, **SAME, **LATER},
+    "one-cycle-lr1.5": {"train": {"warmup": 0.5, "lr": "x1.5"}, **SAME, **LATER},
+    "one-cycle-lr-half": {"train": {"warmup": 0.5, "lr": "half"}, **SAME, **LATER},
+    "one-cycle-mask25": {"train": {"warmup": 0.5, "mask_rate": 0.25}, **LATER},
+    "one-cycle-vocab4k": {"train": {"warmup": 0.5}, "vocab": 4000, **LATER},
+    "one-cycle-seq64": {"train": {"warmup": 0.5, "batch_size": 64}, "data": "packed64", **LATER},
+    # smaller models: more steps in the same time
+    "width64": {"overrides": {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256}, **LATER},
+    "width96": {"overrides": {"hidden_size": 96, "num_attention_heads": 2, "intermediate_size": 384}, **LATER},
+    "one-layer": {"overrides": {"num_hidden_layers": 1}, **LATER},
+    "width64-one-cycle": {"overrides": {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256},
+                          "train": {"warmup": 0.5}, **LATER},
+    "width48": {"overrides": {"hidden_size": 48, "num_attention_heads": 2, "intermediate_size": 192}, **LATER},
+    "width64-3layers": {"overrides": {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256,
+                                      "num_hidden_layers": 3}, **LATER},
+    # each layer's two output maps drawn 1/sqrt(2 x layers) smaller: a post-LN layer starts near LN(x)
+    "small-residual": {"residual_scale": "depth", **SAME, **LATER},
+    "zero-residual": {"residual_scale": 0.0, **SAME, **LATER},
+    "one-cycle-small-residual": {"train": {"warmup": 0.5}, "residual_scale": "depth", **SAME, **LATER},
 }
 
 
@@ -102,7 +123,8 @@ def parse_args(argv):
 
 
 def arms_of(shape: str, names: str | None) -> list[str]:
-    chosen = names.split(",") if names else [a for a, s in ARMS.items() if shape in s.get("shapes", (shape,))]
+    chosen = names.split(",") if names else [a for a, s in ARMS.items()
+                                             if shape in s.get("shapes", (shape,)) and "round" not in s]
     unknown = [a for a in chosen if a not in ARMS]
     if unknown:
         raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
@@ -145,7 +167,8 @@ def train_config(shape: dict, arm: dict, data: Path, out: Path, steps: int, seed
 
     options = {**shape["train"], **arm.get("train", {}), **extra}
     base_lr = shape["train"].get("lr", 3e-3)
-    options["lr"] = {"half": base_lr / 2, "double": base_lr * 2}.get(options.get("lr"), options.get("lr"))
+    options["lr"] = {"half": base_lr / 2, "double": base_lr * 2, "x1.5": base_lr * 1.5}.get(options.get("lr"),
+                                                                                          options.get("lr"))
     options.setdefault("precision", "fp32")
     overrides = {**shape["overrides"], **arm.get("overrides", {})}
     if not options.get("init_from"):
@@ -169,6 +192,8 @@ def run_one(args, shape: dict, name: str, work: Path) -> None:
         import bertkit.pretrain.init as init
 
         init.sinusoids = lambda P, C: torch.randn(P, C) / math.sqrt(2)
+    if "residual_scale" in arm:
+        _scale_residuals(arm["residual_scale"])
     data = data_dir(work, shape, arm)
     phases = ["ltr", "mlm"] if "ltr_share" in arm else ["run"]
     root = work / "runs" / (name + ("-time" if args.time else ""))
@@ -196,6 +221,32 @@ def run_one(args, shape: dict, name: str, work: Path) -> None:
         previous = out
     record["wall_s"] = round(time.perf_counter() - started, 1)
     (root / "done.json").write_text(json.dumps(record))
+
+
+def _scale_residuals(scale) -> None:
+    """After the scaled init, each layer's attention and feed-forward output maps times `scale`
+    ("depth": 1/sqrt(2 x layers), GPT-2's; 0: zero, each layer starts as LayerNorm(x))."""
+    import torch
+
+    import bertkit.pretrain.init as init
+    from bertkit.model import Layer
+
+    original = init.initialise
+
+    def initialise(model, how):
+        model = original(model, how)
+        with torch.no_grad():
+            layers = [m for m in model.modules() if isinstance(m, Layer)]
+            factor = (2 * len(layers)) ** -0.5 if scale == "depth" else float(scale)
+            for layer in layers:
+                layer.attn_out.weight.mul_(factor)
+                layer.ffn_out.weight.mul_(factor)
+        return model
+
+    init.initialise = initialise
+    import bertkit.pretrain.build as build
+
+    build.initialise = initialise
 
 
 def spawn(args, name: str, steps: list[int], time_it: bool) -> subprocess.Popen:
@@ -340,7 +391,7 @@ def main(argv=None) -> int:
             r = score_arm(name, args.work, shape, per_step[name])
             r["s_per_step"] = per_step[name]
             r["steps"] = arm_steps(budget_s, per_step[name], ARMS[name])
-            r["changes"] = {k: v for k, v in ARMS[name].items() if k != "shapes"}
+            r["changes"] = {k: v for k, v in ARMS[name].items() if k not in ("shapes", "round")}
             results["arms"][name] = r
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(results, indent=1))

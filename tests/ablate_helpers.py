@@ -7,19 +7,21 @@ import json
 from pathlib import Path
 
 from bertkit.cli import main
-from finetune_helpers import write_conll, write_mrpc, write_squad, write_sst2
+from finetune_helpers import write_conll, write_mrpc, write_squad, write_sst2, write_stsb
 
 
 def write_inputs(root: Path, pretraining_data: Path) -> dict[str, Path]:
     """A corpus (the pretraining tests' synthetic text plus task-like sentences) and a data
-    folder in ../shared/data's layout holding tiny MRPC, SST-2, SQuAD and CoNLL files."""
+    folder in ../shared/data's layout holding tiny MRPC, SST-2, STS-B, SQuAD and CoNLL files."""
     data = root / "data"
-    for folder in ("glue/MRPC", "glue/SST-2", "squad", "ner/conll2003"):
+    for folder in ("glue/MRPC", "glue/SST-2", "glue/STS-B", "squad", "ner/conll2003"):
         (data / folder).mkdir(parents=True)
     write_mrpc(data / "glue/MRPC/train.tsv", 24, 0)
     write_mrpc(data / "glue/MRPC/dev.tsv", 8, 1)
     write_sst2(data / "glue/SST-2/train.tsv", 24, 0)
     write_sst2(data / "glue/SST-2/dev.tsv", 8, 1)
+    write_stsb(data / "glue/STS-B/train.tsv", 24, 0)
+    write_stsb(data / "glue/STS-B/dev.tsv", 8, 1)
     write_squad(data / "squad/dev-v1.1.json", 3, 0)
     write_conll(data / "ner/conll2003/train.txt", 24, 0)
     write_conll(data / "ner/conll2003/dev.txt", 8, 1)

@@ -45,11 +45,17 @@ EV = "evaluate --model $tiny --task sst2 --data $dev"
 DI = "distill --teacher $tiny --task sst2 --student-preset teacher --train $train --dev $dev --out out --no-progress"
 SQ = "score --task squad --gold $squad --pred pred.json"
 IX = "index --model $tiny --input $text --out idx --no-progress"
+EC = "embed --model $tiny --input $text --pooling cls --out shards --shards --no-progress"  # into a folder of shards
+OTHER_SHARDS = json.dumps({"format": "bertkit-embeddings", "version": 1, "shard_size": 5, "shard_format": "parquet",
+                           "settings": {}, "sources": [], "shards": []})
 SE = "search --index $index 'a film'"
 SV = "serve --model $tiny --port 0"
 EX = "export --model $tiny --format onnx --out ex"
 TU = "tune --model $tiny --task sst2 --train $train --dev $dev --out st --trials 2 --no-progress"
 DUPS = '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n'
+# what a fine-tuning run stopped after its first seed keeps (progress.json), made with another --lr
+UNFINISHED = json.dumps({"version": 1, "settings": {"hyper": {"lr": 0.5}}, "seeds": [1, 2], "finished": [{"seed": 1}],
+                         "best": None, "resumes": []})
 
 CASES = [
     Case("nosuch", "unknown command 'nosuch'"),
@@ -105,6 +111,15 @@ CASES = [
     Case(f"{FT.replace('sst2', 'multilabel')} --text-columns sentence --label-column label --threshold 1",
          "argument --threshold"),
     Case(FT.replace("--out out", "--out f/out"), "cannot create it: f is a file", {"f": "x"}),
+    # finetune --save-every, --resume: an unfinished run is kept in .OUT.partial beside OUT
+    Case(f"{FT} --save-every -1", "argument --save-every"),
+    Case(f"{FT} --save-every x", "argument --save-every"),
+    Case(f"{FT} --resume --overwrite", "--resume continues a run and --overwrite starts it again"),
+    Case(FT, "out: an unfinished run (1 of 2 seeds done) is kept in .out.partial; pass --resume",
+         {".out.partial/progress.json": UNFINISHED}),
+    Case(f"{FT} --resume", "--lr 0.5 -> 2e-05",
+         {".out.partial/progress.json": UNFINISHED}),
+    Case(f"{FT} --resume", "out: holds a finished fine-tuning result: nothing to resume", {"out/results.json": "{}"}),
     # finetune --long-inputs
     Case(f"{FT} --long-inputs chunks", "argument --long-inputs: invalid choice"),
     Case(f"{FT} --long-inputs windows --window-stride 0", "argument --window-stride"),
@@ -164,6 +179,8 @@ CASES = [
     Case(TU, "st: is a folder of other files, not a previous study", {"st/notes.txt": "mine"}),
     Case(TU, "st: is a file", {"st": "not a folder"}),
     Case(TU, "st/study.db: not an Optuna study database", {"st/study.db": "not sqlite"}),
+    Case(f"{TU} --resume", "unrecognized arguments: --resume"),
+    Case(f"{TU} --save-every -2", "argument --save-every"),
     # distill
     Case(f"{DI} --temperature 0", "argument --temperature"),
     Case(DI.replace("teacher --train", "huge --train"), "argument --student-preset"),
@@ -176,6 +193,10 @@ CASES = [
     Case(DI.replace("$train", "$train $dev"), "give --train one path"),
     Case(DI, "out: holds a previous distillation result; pass --overwrite", {"out/distill.json": "{}"}),
     Case(DI, "model has no trained BertForSequenceClassification head"),
+    Case(f"{DI} --save-every -1", "argument --save-every"),
+    Case(f"{DI} --resume --overwrite", "--resume continues a run and --overwrite starts it again"),
+    Case(DI, "out: an unfinished run (1 of 2 seeds done) is kept in .out.partial; pass --resume",
+         {".out.partial/progress.json": UNFINISHED}),
     # pretrain
     Case(f"{PT} --lr -1", "argument --lr"),
     Case(f"{PT} --config-json '{{\"num_hidden_layers\": 0}}'", "--config-json: bad model config: num_hidden_layers"),
@@ -276,11 +297,31 @@ CASES = [
     Case(f"{EM} --long-inputs windows --window-stride x", "argument --window-stride"),
     Case(f"{EM} --window-stride 4", "--window-stride applies to --long-inputs windows"),
     Case(f"{EM} --long-inputs whole", "argument --long-inputs: invalid choice"),
+    # embed a corpus into shards
+    Case(f"{EM} --shard-size 10", "--shard-size applies to --shards"),
+    Case(f"{EM} --engine ray", "--engine applies to --shards"),
+    Case(EM.replace("$text", "$text $text"), "--input names a corpus (several files, a folder or a pattern): embed it"),
+    Case(EM.replace("$text", "'no/*.txt'"), "argument --input: no/*.txt: the pattern matches no file"),
+    Case(f"{EC} --workers 2", "--workers applies to --engine ray"),
+    Case(f"{EC} --ray-address auto", "--ray-address applies to --engine ray"),
+    Case(f"{EC} --engine ray --device cuda", "--engine ray runs its actors on CPUs"),
+    Case(f"{EC} --shard-size 0", "argument --shard-size"),
+    Case(f"{EC} --format csv", "argument --format: invalid choice: 'csv'"),
+    Case(f"{EC} --engine spark", "argument --engine: invalid choice: 'spark'"),
+    Case(f"{EC} --engine ray --workers 0", "argument --workers"),
+    Case(EC, "shards: is a folder of other files, not a previous embedding", {"shards/notes.txt": "mine"}),
+    Case(EC, "shards: is a file; with --shards, --out names a folder", {"shards": "a file"}),
+    Case(EC, "shards: holds shards of 5 passages in parquet (not 10000 in parquet); pass --overwrite",
+         {"shards/manifest.json": OTHER_SHARDS}),
+    Case(EC, "shards/manifest.json: not valid JSON", {"shards/manifest.json": "{"}),
+    Case(EC.replace("$text", "c"), "c: folder holds no .txt/.gz/.xz/.jsonl/.parquet files", {"c/x.csv": "a,b\n"}),
+    Case(EC.replace("$text", "c.jsonl"), "c.jsonl:2: not valid JSON", {"c.jsonl": '{"id": 1, "text": "a"}\n{\n'}),
+    Case(EC.replace("$text", "c.parquet"), "c.parquet: not a readable Parquet file", {"c.parquet": "not parquet"}),
     # features
     Case(FE.replace("out.npz", "out.npy"), "out.npy: output must end in .npz"),
     Case(FE, "out.npz: exists; pass --overwrite", {"out.npz": "old features"}),
     Case(f"{FE} --layers x", "argument --layers"),
-    Case(f"{FE} --max-length 1000", "argument --max-length"),
+    Case(f"{FE} --max-length 1000", "--max-length 1000 exceeds the model's 128 positions"),
     Case(f"{FE} --combine mean", "argument --combine"),
     Case(FE.replace("$text", "latin1.txt"), "latin1.txt:2: not valid UTF-8", {"latin1.txt": LATIN1}),
     Case(f"{FE} --window-stride 4", "--window-stride applies to --long-inputs windows"),
@@ -313,6 +354,21 @@ CASES = [
     Case(f"{IX} --best-chunk --long-inputs truncate", "--best-chunk reads documents in windows: not with"),
     Case(f"{IX} --window-stride 0", "argument --window-stride"),
     Case(IX.replace("$tiny", "nowhere"), "argument --model: nowhere: no such"),
+    Case(f"{IX} --resume --overwrite", "--resume continues a run and --overwrite starts it again"),
+    Case(IX, "idx: an unfinished index (64 of 100 passages embedded) is kept in .idx.partial; pass --resume",
+         {".idx.partial/progress.json": '{"done": 64, "count": 100}'}),
+    Case(f"{IX} --resume", "--dtype 'fp16' -> 'fp32'",
+         {".idx.partial/progress.json": '{"identity": {"dtype": "fp16"}, "done": 64, "count": 100}'}),
+    Case("index --out idx", "the following arguments are required: --model, --input (or --vectors DIR)"),
+    Case(f"{IX} --graph-size 4", "--graph-size applies to --vectors"),
+    Case("index --vectors nowhere --out idx", "argument --vectors: nowhere: no such folder"),
+    Case("index --vectors d --out idx", "d: not a folder of embedding shards (no manifest.json)", {"d/notes.txt": "x"}),
+    Case("index --vectors d --model $tiny --out idx", "--model applies to embedding; --vectors indexes the shards",
+         {"d/notes.txt": "x"}),
+    Case("index --vectors d --out idx --resume", "--resume continues an embedding build", {"d/notes.txt": "x"}),
+    Case("index --vectors d --out idx --graph-size -1", "argument --graph-size", {"d/notes.txt": "x"}),
+    Case("index --vectors d --out idx", "d: the embedding is not complete: rerun its `bertkit embed` command",
+         {"d/manifest.json": OTHER_SHARDS}),
     Case("search --index nowhere q", "argument --index: nowhere: no such folder"),
     Case("search --index d q", "d: not a search index (no meta.json)", {"d/notes.txt": "mine"}),
     Case(f"{SE} -k 0", "argument -k/--top-k"),
@@ -356,6 +412,9 @@ CASES = [
     Case("serve --model nowhere --port 0", "argument --model: nowhere: no such"),
     Case("serve --model 'a b=x' --port 0", "argument --model: expected NAME=DIR or DIR"),
     Case("serve --model a=$tiny --model a=$tiny --port 0", "--model: name 'a' given twice"),
+    Case(f"{SV} --index nowhere", "argument --index: nowhere: no such folder"),
+    Case(f"{SV} --index d", "d: not a search index (no meta.json)", {"d/notes.txt": "mine"}),
+    Case(f"{SV} --index other=$index", "no served model is named 'other'"),
     Case("serve --model $evil --port 0", "pytorch_model.bin: cannot read weights safely"),
     Case(f"{SV} --max-batch-tokens 0", "argument --max-batch-tokens"),
     Case(f"{SV} --max-queue x", "argument --max-queue"),
@@ -409,6 +468,10 @@ CASES = [
     Case("ablate --out abl --seeds 1,1", "argument --seeds"),
     Case("ablate --out abl --only t9 --plan-only", "--only: no table or row 't9'"),
     Case("ablate --out abl --tasks mnli --plan-only", "--tasks: unknown task(s) mnli"),
+    Case("ablate --out abl --only t5-curve --plan-only", "--only t5-curve: scale cpu-small has no compute curve"),
+    Case("ablate --out abl --scale cpu-curve --tasks mrpc --plan-only", "--only and --tasks leave no cell to run"),
+    Case("ablate --corpus $corpus --out abl --data-dir . --scale cpu-curve --tasks stsb",
+         "glue/STS-B/train.tsv: no such file"),
     Case("ablate --out abl --data-dir nowhere", "argument --data-dir: nowhere: no such folder"),
     Case("ablate --out abl --data-dir .", "--corpus is required"),
     Case("ablate --corpus $corpus --out abl --plan-only --report-only", "--plan-only and --report-only"),

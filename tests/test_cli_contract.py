@@ -2,7 +2,9 @@
 
 A mistake in the flags or the inputs ends with exit status 2 and exactly one line on stderr,
 "bertkit COMMAND: error: ...", that names the flag or the file (and line) at fault, with no
-traceback; and nothing in the output location is changed or left behind. Each row of `CASES`
+traceback, even when the command chose its threads from the load (the rows run without
+OMP_NUM_THREADS, so the line that reports the choice waits to be printed); and nothing in the
+output location is changed or left behind. Each row of `CASES`
 (tests/cli_cases.py) is one mistake; its command line runs in a fresh folder holding the row's
 `files` (what the output location held before), `$name` standing for a shared input (the
 `fixtures` fixture). To cover a new command or flag, add rows there:
@@ -102,8 +104,10 @@ def _run_case(case: Case, fixtures: dict, folder: Path) -> dict:
         shutil.copytree(fixtures[name], folder / name)
     before = snapshot(folder)
     argv = shlex.split(string.Template(case.argv).substitute(fixtures))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    # No OMP_NUM_THREADS: each command chooses its threads from the load, so its threads line is
+    # pending, and a mistake must still be the only line on stderr.
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-m", "bertkit.cli", *argv], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=300)
     return {"status": done.returncode, "stderr": done.stderr, "before": before, "after": snapshot(folder)}

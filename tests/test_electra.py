@@ -386,3 +386,70 @@ def test_two_processes_match_one(pretraining_data, tmp_path):
         worst = max(((wa[k] - wb[k]).abs() - 1e-5 * wa[k].abs()).max().item() for k in wa)
         assert worst <= 2e-5, f"{name}: weights differ by {worst:.3g}"
 
+
+
+# ---- gradient-disentangled embedding sharing (DeBERTaV3), generator depth, the replaced-token AUC ----
+def test_gdes_sends_no_rtd_gradient_into_the_shared_table_and_the_mlm_loss_does():
+    """E_D = sg(E_G) + E_delta: the discriminator's loss reaches E_delta only (autograd), the
+    generator's loss reaches E_G; E_delta starts at zero, so the first step's inputs equal tied sharing's."""
+    tied = _tiny_pair(3).eval()
+    pair = _tiny_pair(3).disentangle().eval()
+    ids, masked, labels, mask = _masked_batch(4)
+    u = torch.rand(B, T, generator=torch.Generator().manual_seed(5))
+    out, ref = pair(masked, mask, labels=labels, uniforms=u), tied(masked, mask, labels=labels, uniforms=u)
+    assert torch.equal(out.rtd_logits, ref.rtd_logits)  # delta is zero: the same discriminator inputs
+    shared = pair.generator.encoder.embeddings.word.weight
+    delta = pair.discriminator.encoder.embeddings.delta
+    rtd_grads = torch.autograd.grad(out.rtd_loss, [shared, delta], allow_unused=True)
+    assert rtd_grads[0] is None or not rtd_grads[0].any(), "the RTD loss moved the generator's table"
+    assert rtd_grads[1].abs().sum() > 0
+    mlm_grads = torch.autograd.grad(out.mlm_loss, [shared, delta], allow_unused=True)
+    assert mlm_grads[0].abs().sum() > 0 and (mlm_grads[1] is None or not mlm_grads[1].any())
+
+
+def test_generator_depth_is_its_own():
+    config = BertConfig(vocab_size=V, **{**TINY, "num_hidden_layers": 4})
+    assert generator_config(config, 0.25, 2).num_hidden_layers == 2
+    assert generator_config(config, 0.25).num_hidden_layers == 4
+
+
+def test_roc_auc_from_histograms_is_the_rank_statistic():
+    import numpy as np
+
+    from bertkit.pretrain.objective import AUC_BINS, _histogram, roc_auc
+
+    rng = np.random.default_rng(0)
+    pos, neg = rng.beta(3, 2, 400), rng.beta(2, 3, 600)
+    exact = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (400 * 600)
+    got = roc_auc(_histogram(torch.tensor(pos)).tolist(), _histogram(torch.tensor(neg)).tolist())
+    assert abs(got - exact) < 2 / AUC_BINS * 2  # ties within a bin counted half
+    assert roc_auc([0, 5], [5, 0]) == 1.0 and roc_auc([5, 0], [0, 5]) == 0.0 and roc_auc([1, 1], [0, 0]) == 0.5
+
+
+def test_a_gdes_run_saves_a_whole_discriminator_and_resumes_bit_for_bit(pretraining_data, tmp_path):
+    """--embedding-sharing gdes: RUN/discriminator loads strictly in transformers' ElectraForPreTraining with
+    the same logits as the pair's merged discriminator; validation reports the replaced-token AUC;
+    a run stopped at a checkpoint and resumed ends with the same folders as an uninterrupted one."""
+    import shutil
+
+    data = pretraining_data / "packed"
+    extra = ("--embedding-sharing", "gdes", "--generator-layers", "1", "--steps", "12", "--save-every", "6",
+             "--eval-every", "6", "--eval-samples", "8", "--log-every", "6", "--keep", "0")
+    assert main(_electra_args(data, tmp_path / "whole", *extra)) == 0
+    shutil.copytree(tmp_path / "whole", tmp_path / "half")  # as if stopped right after its step-6 checkpoint
+    for later in ("model", "discriminator", "generator", "checkpoints/step-0000012"):
+        shutil.rmtree(tmp_path / "half" / later)
+    assert main(_electra_args(data, tmp_path / "half", *extra, "--resume")) == 0
+    for name in ("model", "discriminator", "generator"):
+        assert_bit_identical(tmp_path / "whole" / name, tmp_path / "half" / name)
+    val = [json.loads(s) for s in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert all(0.0 <= r["rtd_auc"] <= 1.0 for r in val if r["kind"] == "val")
+    ref, info = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "whole" / "discriminator",
+                                                                   output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ours = ElectraForPreTraining.from_pretrained(tmp_path / "whole" / "discriminator").eval()
+    batch = _real_batch(pretraining_data)
+    assert_close(ours(**batch).logits, ref.eval()(**batch).logits, "gdes discriminator logits")
+    assert generator_config(ours.config, 0.25, 1).num_hidden_layers == 1
+    saved = json.loads((tmp_path / "whole" / "generator" / "config.json").read_text())
+    assert saved["num_hidden_layers"] == 1

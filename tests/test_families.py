@@ -230,3 +230,19 @@ def test_albert_layers_share_one_tensor_per_role(tmp_path):
     ours = ours_of(reference("albert", "Model"), tmp_path, "Model")
     assert isinstance(ours, BertModel) and len(ours.layers) == 1 and ours.config.num_hidden_layers == 3
     assert ours.layer_at(0) is ours.layer_at(2)
+
+
+def test_modernbert_long_inputs_take_the_blocked_local_path_and_equal_transformers(tmp_path):
+    """Past 8 half-windows a local layer attends block by block (`attention.local_blocks`): the same
+    numbers as transformers' full masked product, padded and unpadded."""
+    ref = reference("modernbert", "Model")  # local_attention 4: blocks from 17 tokens on
+    ours = ours_of(ref, tmp_path, "Model")
+    g = torch.Generator().manual_seed(5)
+    lengths = torch.tensor([40, 23, 31])
+    mask = (torch.arange(40)[None] < lengths[:, None]).long()
+    ids = torch.where(mask.bool(), torch.randint(5, V, (3, 40), generator=g), 0)
+    want = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+    for unpad in (False, True):
+        ours.unpad = unpad
+        got = ours(ids, mask).last_hidden_state
+        assert_close(at_real(got, mask), at_real(want, mask), f"modernbert at 40 tokens, unpad={unpad}")

@@ -51,7 +51,7 @@ FAMILIES = {
                         max_relative_positions=128, pos_att_type=["p2c", "c2p"], share_att_key=True,
                         norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0)),
     "modernbert": ("modernbert", "ModernBertForMaskedLM",
-                   dict(BASE, num_hidden_layers=3, max_position_embeddings=128, local_attention=8,
+                   dict(BASE, num_hidden_layers=3, max_position_embeddings=2048, local_attention=8,
                         global_attn_every_n_layers=2)),
 }
 SERVED = ("roberta", "deberta-v3", "modernbert")
@@ -150,6 +150,10 @@ def test_finetune_each_task_and_evaluate_it_again(family_dirs, task_files, famil
         assert saved["model_type"] == family.replace("deberta-v3", "deberta-v2"), f"{family} {task} saved as another"
         if task in ("sst2", "ner", "multilabel"):  # the saved folder rescored exactly as training scored it
             assert_same_metrics(results, evaluate(capsys, out / "model", task, data))
+        if task in ("sst2", "ner", "squad"):  # each head's ONNX graph, checked against PyTorch by the export
+            assert run_cli("export", "--model", out / "model", "--format", "onnx", "--out", out / "onnx") == 0
+            report = json.loads((out / "onnx" / "onnx.json").read_text())
+            assert max(report["max_abs_diff"].values()) < 1e-4, (family, task, report["max_abs_diff"])
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -186,6 +190,24 @@ def test_embed_features_index_search_export_and_distill(family_dirs, task_files,
     assert saved["model_type"] == family.replace("deberta-v3", "deberta-v2")
 
 
+def test_modernbert_reads_a_long_text_whole_where_roberta_cuts_it(family_dirs, tmp_path, capsys):
+    """Each family's own limit: 1,500 words are one input for this ModernBERT (2,048 positions) and
+    are cut for this RoBERTa (128), by `embed`'s default length and by `index`'s."""
+    words = (GOOD + NOUNS + FILLER) * 60
+    (tmp_path / "long.txt").write_text(" ".join(words[:1500]) + "\n", encoding="utf-8")
+    notes = {}
+    for family in ("modernbert", "roberta"):
+        capsys.readouterr()
+        assert run_cli("embed", "--model", family_dirs[family], "--input", tmp_path / "long.txt", "--pooling", "mean",
+                       "--out", tmp_path / f"{family}.npy") == 0
+        notes[family] = capsys.readouterr().err
+    assert "cut" not in notes["modernbert"] and "window" not in notes["modernbert"], notes["modernbert"]
+    assert "cut" in notes["roberta"], notes["roberta"]
+    from bertkit.st import model_pooling
+
+    assert model_pooling(family_dirs["modernbert"])[1] == 2048 and model_pooling(family_dirs["roberta"])[1] == 256
+
+
 def library_probabilities(folder, text: str) -> dict[str, float]:
     import torch
 
@@ -220,3 +242,18 @@ def test_a_real_server_answers_predict_embeddings_and_post_root(family_dirs, tas
         assert [len(d["embedding"]) for d in r.json()["data"]] == [32, 32]
         r = httpx.post(url + "/", json={"model": "clf", "inputs": "a dull plot ."}, timeout=30)
         assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("model_type", ["t5", "gpt2", "llama"])
+def test_an_unsupported_family_is_one_line_naming_the_supported_ones(tmp_path, model_type, capsys):
+    folder = tmp_path / model_type
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 8}), encoding="utf-8")
+    (folder / "model.safetensors").write_bytes(b"")
+    for command in (["info", folder], ["embed", "--model", folder, "--input", folder / "config.json", "--out",
+                                       tmp_path / "v.npy"]):
+        capsys.readouterr()
+        assert run_cli(*command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"model_type '{model_type}' is not supported" in err[0], err
+        assert "roberta" in err[0] and "modernbert" in err[0] and "deberta-v2" in err[0]

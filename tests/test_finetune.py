@@ -262,8 +262,8 @@ def test_ner_predictions_match_the_gold_tags_once_learned(tiny_dir, tmp_path):
         assert results["seeds"][0]["dev"]["f1"] == 100.0, (mode, results["seeds"][0]["dev"])
 
 
-def test_output_replaced_only_with_overwrite_and_a_failed_run_leaves_nothing(tiny_dir, tmp_path, capsys,
-                                                                            monkeypatch):
+def test_output_replaced_only_with_overwrite_and_a_failed_run_keeps_what_it_made(tiny_dir, tmp_path, capsys,
+                                                                                 monkeypatch):
     import bertkit.plots
 
     write_sst2(tmp_path / "train.tsv", 8, 0)
@@ -282,15 +282,21 @@ def test_output_replaced_only_with_overwrite_and_a_failed_run_leaves_nothing(tin
     results = (out / "results.json").read_bytes()
     assert run_cli(*args) == 2
     assert "holds a previous fine-tuning result; pass --overwrite" in capsys.readouterr().err
-    # A run that fails half-way (here: while plotting, after the model is saved) changes nothing.
+    # A run that fails half-way (here: while plotting, after the model is saved) leaves OUT as it was,
+    # keeps what it made beside it, and says in one line how to continue (exit status 1).
     def disk_full(runs, metric, folder):
         raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "train_loss.png"))
 
     monkeypatch.setattr(bertkit.plots, "plot_finetuning", disk_full)
-    assert run_cli(*args, "--overwrite") == 2
-    assert capsys.readouterr().err.endswith("train_loss.png: No space left on device\n")
+    assert run_cli(*args, "--overwrite") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "train_loss.png: no space left on device; kept seed 1 (finished) in " in err[0], err
+    assert err[0].endswith(" --no-progress --resume") and " --overwrite" not in err[0]
     assert (out / "results.json").read_bytes() == results and sorted(p.name for p in tmp_path.iterdir()) == [
-        "dev.tsv", "out", "train.tsv"]
+        ".out.partial", "dev.tsv", "out", "train.tsv"]
     monkeypatch.undo()
+    assert run_cli(*args, "--resume") == 0
+    assert "continuing" not in capsys.readouterr().out  # the seed was done: only the results were left to write
+    assert not (tmp_path / ".out.partial").exists()
     assert run_cli(*args, "--overwrite", "--epochs", "2") == 0
     assert json.loads((out / "results.json").read_text())["hyper"]["epochs"] == 2

@@ -103,7 +103,7 @@ def test_precision_comes_from_the_recipe_and_auto_follows_the_hardware(monkeypat
         assert devices.resolve_precision("auto", cpu) == expected
         assert devices.resolve_precision("fp32", cpu) == "fp32" and devices.resolve_precision("bf16", cpu) == "bf16"
     assert devices.resolve_precision("auto", torch.device("mps")) == "fp32"
-    with pytest.raises(UserError, match="precision must be fp32, bf16 or auto"):
+    with pytest.raises(UserError, match="precision must be one of fp32, bf16, auto"):
         TrainConfig(data="d", out="o", precision="fp16")
 
 

@@ -22,11 +22,19 @@ CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,re
 
 @pytest.fixture(scope="module")
 def url(tiny_dir, tmp_path_factory):
+    from bertkit.search.encoder import Encoder
+    from bertkit.search.index import build_index
     from bertkit.serve.app import Service
     from bertkit.serve.models import describe
+    from bertkit.serve.search import attach_index
 
-    dirs = make_model_dirs(tiny_dir, tmp_path_factory.mktemp("serve-schema"))
+    root = tmp_path_factory.mktemp("serve-schema")
+    dirs = make_model_dirs(tiny_dir, root)
     specs = [describe(n, dirs[n]) for n in ("enc", "mlm", "cls", "rank", "tags", "qa")]
+    (root / "docs.txt").write_text("a good film\nthe plot\nan actor\n", encoding="utf-8")
+    (root / "index").mkdir()
+    build_index(root / "docs.txt", root / "index", Encoder.load(dirs["enc"]), progress=False)
+    attach_index(specs, ("enc", str(root / "index")))  # POST /search
     limits = Limits(max_body_bytes=100_000, max_inputs=16, max_input_chars=2_000, body_timeout=5)
     with serving(Service(specs, limits, log=lambda line: None)) as base:
         yield base
@@ -44,10 +52,11 @@ def test_openapi_is_generated_from_the_route_table(url):
 
     document = httpx.get(url + "/openapi.json").json()
     assert document["openapi"] == "3.0.3"
-    served = {*TEXT_ROUTES, *EMBED_ROUTES, *(r for routes in KIND_ROUTES.values() for r in routes), "/rerank"}
+    served = {*TEXT_ROUTES, *EMBED_ROUTES, *(r for routes in KIND_ROUTES.values() for r in routes), "/rerank",
+              "/search"}
     assert served == set(ROUTES)  # every route a model can serve is in the table, and nothing else
     names = {"/fill-mask": ["mlm"], "/predict": ["cls", "rank"], "/rerank": ["rank"], "/ner": ["tags"],
-             "/embed": ["enc", "mlm", "cls", "rank", "tags", "qa"]}
+             "/search": ["enc"], "/embed": ["enc", "mlm", "cls", "rank", "tags", "qa"]}
     for path, route in ROUTES.items():
         post = document["paths"][path]["post"]
         request = post["requestBody"]["content"]["application/json"]["schema"]

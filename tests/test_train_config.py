@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -53,7 +54,7 @@ def test_resume_rules_are_the_documented_ones():
     by_rule = {rule: {name for name, r in rules.items() if r == rule} for rule in RESUME_RULES}
     assert by_rule[FIXED] == {"objective", "batch_size", "grad_accum", "seed", "mask_rate", "whole_word_mask",
                               "mask_rule", "weight_decay", "init_from", "recipe", "dropout", "adam_beta2", "init",
-                              "generator_width", "rtd_weight"}
+                              "generator_width", "rtd_weight", "arch", "generator_layers", "embedding_sharing"}
     assert by_rule[RESOLVED] == {"data", "preset", "config_overrides", "tokenizer"}  # compared by what they name
     assert by_rule[INVOCATION] == {"resume", "overwrite"}
     assert {"lr", "steps", "minutes", "warmup", "save_every", "eval_every", "log_every", "device",
@@ -118,6 +119,54 @@ def test_the_flags_choices_are_the_tables_and_help_needs_no_torch():
             "    pass\nprint('torch' in sys.modules, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.stderr.strip().splitlines()[-1] == "False", done.stderr
+
+
+# ---- options declared once: every field is a flag, and a command line gives back the same config ----
+def _parse(words: list[str]):
+    from bertkit.cli.pretrain import add_arguments, train_config
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return train_config(parser.parse_args(words[2:]))  # less "bertkit pretrain"
+
+
+def test_every_field_has_its_flag_and_survives_a_command_line_round_trip(tmp_path, tiny_dir):
+    """`command_line` writes every option as its flag; the flags parse back to the same TrainConfig.
+    Each config sets every field it can away from its default (two configs: --init-from excludes
+    --config-json and --objective ltr)."""
+    from bertkit.cli.pretrain import add_arguments
+    from bertkit.pretrain.setup import command_line
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    dests = {a.dest for a in parser._actions}
+    assert {f.name for f in dataclasses.fields(TrainOptions)} <= dests  # every field is a flag
+    shared = dict(preset="tiny", minutes=2.5, objective="electra", batch_size=12, lr=2e-3, warmup=0.2,
+                  weight_decay=0.05, dropout=0.05, precision="bf16", adam_beta2=0.95, init="bert", grad_accum=3,
+                  mask_rate=0.4, whole_word_mask=True, mask_rule="70/20/10", generator_width=0.5, rtd_weight=20.0,
+                  compile=True, save_every=7, eval_every=9, log_every=3, eval_samples=11, keep=0, seed=5,
+                  max_grad_norm=0.5, device="cpu", tokenizer=str(tiny_dir), report_to="tensorboard")
+    for extra in ({"config_overrides": {"num_hidden_layers": 3}}, {"init_from": str(tiny_dir)}):
+        cfg = TrainConfig(data=str(tmp_path), out=str(tmp_path / "run"), recipe="budget", **shared, **extra)
+        changed = {f.name for f in dataclasses.fields(TrainOptions)
+                   if getattr(cfg, f.name) != (f.default if f.default is not dataclasses.MISSING else {})}
+        assert _parse(command_line(cfg)) == cfg, sorted(changed)
+    assert _parse(command_line(TrainConfig(data=str(tmp_path), out="run", mask_rule="100/0/0"))).mask_rule == "100/0/0"
+
+
+def test_a_fields_range_is_its_flags_and_its_checks():
+    """The one declared range: the CLI refuses what TrainConfig refuses, in the same words."""
+    from bertkit.cli.args import ranged
+
+    for f in dataclasses.fields(TrainOptions):
+        allowed = f.metadata["range"]
+        if allowed is None:
+            continue
+        bad = (allowed.low - 1) if allowed.low is not None else allowed.high + 1
+        with pytest.raises(argparse.ArgumentTypeError, match=f"must be {re.escape(allowed.describe())}"):
+            ranged(allowed)(str(bad))
+        with pytest.raises(OptionError, match=f"{f.name} must be {re.escape(allowed.describe())}"):
+            TrainConfig(data="d", out="o", **{f.name: bad})
 
 
 # ---- the status line ----

@@ -136,6 +136,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, layer, index: int, keep: Tensor | No
             cache["rope", L, theta] = rotary_tables(torch.arange(L, device=q.device), D, theta)
         q, k = (rotate(t, *cache["rope", L, theta]) for t in (q, k))
     half = config.local_attention // 2
+    if not config.is_global(index) and 8 * max(half, 1) < L and not (is_causal or relative or torch.jit.is_tracing()):
+        return local_blocks(q, k, v, half, keep, dropout_p)  # long inputs: O(L x window), not O(L^2)
     if not config.is_global(index) and (half < L - 1 or torch.jit.is_tracing()):  # else the window holds all
         if ("window", L) not in cache:
             positions = torch.arange(L, device=q.device)
@@ -151,6 +153,33 @@ def attend(q: Tensor, k: Tensor, v: Tensor, layer, index: int, keep: Tensor | No
     if keep is not None:
         bias = bias.masked_fill(~keep, torch.finfo(bias.dtype).min)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
+
+
+def local_blocks(q: Tensor, k: Tensor, v: Tensor, half: int, keep: Tensor | None, dropout_p: float) -> Tensor:
+    """Attention within `half` tokens either side, block by block: each block of 2 x half queries
+    reads the 4 x half keys around it (a band mask inside), so a local layer over L tokens costs
+    O(L x window) rather than the O(L^2) of one masked product; the same numbers as that product.
+    (G, H, L, D) -> (G, H, L, D); `keep`: None or the (G, 1, 1, L) key padding mask."""
+    G, H, L, D = q.shape
+    size = 2 * half  # queries per block
+    blocks = -(-L // size)
+    pad = blocks * size - L
+    span = size + 2 * half  # keys per block: the block and half a window either side
+
+    def keys(t: Tensor) -> Tensor:  # (G, H, L, D) -> (G, H, blocks, span, D)
+        t = F.pad(t, (0, 0, half, pad + half))
+        return t.unfold(2, span, size).transpose(-1, -2)
+
+    qb = F.pad(q, (0, 0, 0, pad)).view(G, H, blocks, size, D)
+    query_at = torch.arange(blocks * size, device=q.device).view(blocks, size, 1)  # (blocks, size, 1)
+    key_at = (torch.arange(blocks, device=q.device) * size - half).view(blocks, 1, 1) + torch.arange(span,
+                                                                                                     device=q.device)
+    allowed = ((query_at - key_at).abs() <= half) & (key_at >= 0) & (key_at < L)  # (blocks, size, span)
+    if keep is not None:  # the padding mask, gathered the same way as the keys
+        real = F.pad(keep.reshape(G, 1, L).float(), (half, pad + half)).unfold(2, span, size).bool()  # (G, 1, b, s)
+        allowed = allowed & real[:, :, :, None, :]  # (G, 1, blocks, size, span)
+    out = F.scaled_dot_product_attention(qb, keys(k), keys(v), attn_mask=allowed, dropout_p=dropout_p)
+    return out.reshape(G, H, blocks * size, D)[:, :, :L]
 
 
 def _heads(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -30,10 +31,18 @@ def resolve_device(name: str, allowed: tuple[str, ...] = ("cpu", "cuda", "mps"))
     return device
 
 
+# Instruction sets PyTorch and oneDNN may be held to: at or below AVX2 they run no bf16 kernels
+_NO_BF16_CAPABILITIES = ("default", "avx2", "avx", "sse41", "sse42")
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX), from
-    Linux's /proc/cpuinfo; False where that cannot be read. Without them oneDNN emulates bf16,
-    which is slower than fp32."""
+    Linux's /proc/cpuinfo, and PyTorch may use them: ATEN_CPU_CAPABILITY or ONEDNN_MAX_CPU_ISA
+    holding it to AVX2 or below (how an older CPU is approached on a new one) says no. False where
+    /proc/cpuinfo cannot be read. Without them oneDNN emulates bf16, which is slower than fp32."""
+    held = os.environ.get("ATEN_CPU_CAPABILITY", "").lower(), os.environ.get("ONEDNN_MAX_CPU_ISA", "").lower()
+    if any(h in _NO_BF16_CAPABILITIES for h in held):
+        return False
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -29,6 +29,7 @@ Shape legend: B batch, T tokens, C hidden, V vocabulary, N masked positions.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from bertkit.model import ACTIVATIONS, BertModel
 
 GENERATOR = "generator"  # the generator's folder inside a saved `ElectraPretraining` (a checkpoint)
 _SHARED = ("encoder.embeddings.",)  # the generator's parameters that are the discriminator's
+DELTA = "embedding_delta.safetensors"  # gradient-disentangled sharing: the discriminator's own token table
 
 
 def default_width(hidden_size: int) -> float:
@@ -51,19 +53,22 @@ def default_width(hidden_size: int) -> float:
     return 1 / 3 if hidden_size >= 768 else 1 / 4
 
 
-def generator_config(config: BertConfig, width: float) -> BertConfig:
-    """The generator's shape: the discriminator's depth, `width` times its heads (at least one),
-    hidden size (a whole number of heads, each as wide as width allows around the discriminator's
-    head size) and intermediate size; its embeddings are the discriminator's (E wide: C unless the
-    discriminator projects its own, as ELECTRA-Small's)."""
+def generator_config(config: BertConfig, width: float, layers: int | None = None) -> BertConfig:
+    """The generator's shape: `layers` deep (default: the discriminator's depth; DeBERTaV3's is
+    half of it), `width` times its heads (at least one), hidden size (a whole number of heads, each
+    as wide as width allows around the discriminator's head size) and intermediate size; its
+    embeddings are the discriminator's (E wide: C unless the discriminator projects its own, as
+    ELECTRA-Small's)."""
     heads = max(1, round(config.num_attention_heads * width))
     hidden = heads * max(1, round(config.hidden_size * width / heads))
-    if hidden >= config.hidden_size:
+    depth = layers or config.num_hidden_layers
+    if hidden >= config.hidden_size and depth >= config.num_hidden_layers:
         raise UserError(f"a generator of width {width:g} would be as wide as the discriminator "
-                        f"({config.hidden_size}): give a smaller --generator-width")
+                        f"({config.hidden_size}) and as deep: give a smaller --generator-width or --generator-layers")
     return config.replace(hidden_size=hidden, num_attention_heads=heads, embedding_size=config.embedding_width,
                           intermediate_size=max(1, round(config.intermediate_size * width)), id2label=None,
-                          problem_type=None)
+                          problem_type=None, num_hidden_layers=layers or config.num_hidden_layers,
+                          num_hidden_groups=None)
 
 
 def sample_tokens(logits: Tensor, uniforms: Tensor) -> Tensor:
@@ -139,12 +144,39 @@ class ElectraOutput:
     replaced: Tensor  # (B, T) the discriminator's labels: 1 where its input is not the original
 
 
-class ElectraPretraining(nn.Module):
-    """The generator and the discriminator, sharing one embeddings module; `forward` is one
-    ELECTRA step's two losses. Saved as the discriminator's directory with the generator, less
-    the shared tensors, in its `generator/` folder (a checkpoint of an ELECTRA run)."""
+class DisentangledEmbeddings(nn.Module):
+    """The discriminator's embeddings under gradient-disentangled sharing (He et al. 2023,
+    DeBERTaV3): its token table is the generator's, stopped from receiving the discriminator's
+    gradient, plus a table of its own that starts at zero, E_D = sg(E_G) + E_delta; positions,
+    segments and the LayerNorm stay shared as ELECTRA shares them. The replaced-token loss then
+    moves only E_delta, and the generator's masked-LM loss alone shapes E_G: no tug-of-war."""
 
-    def __init__(self, discriminator: ElectraForPreTraining, generator_config: BertConfig):
+    def __init__(self, shared: nn.Module):
+        super().__init__()
+        object.__setattr__(self, "shared", shared)  # not a submodule: the generator owns it, and saves it
+        self.delta = nn.Parameter(torch.zeros_like(shared.word.weight))
+
+    def table(self) -> Tensor:
+        return self.shared.word.weight.detach() + self.delta  # (V_padded, E)
+
+    def forward(self, input_ids: Tensor, positions: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        s = self.shared
+        x = F.embedding(input_ids, self.table(), s.word.padding_idx)
+        if s.position is not None:
+            x = x + s.position(positions)
+        if s.segment is not None:
+            x = x + (s.segment.weight[0] if token_type_ids is None else s.segment(token_type_ids))
+        return s.dropout(s.norm(x))
+
+
+class ElectraPretraining(nn.Module):
+    """The generator and the discriminator, sharing one embeddings module (or, `gdes`, the
+    generator's token table through `DisentangledEmbeddings`); `forward` is one ELECTRA step's two
+    losses. Saved as the discriminator's directory with the generator, less the shared tensors, in
+    its `generator/` folder (a checkpoint of an ELECTRA run; with `gdes`, the generator whole and
+    the discriminator's own table in `generator/embedding_delta.safetensors`)."""
+
+    def __init__(self, discriminator: ElectraForPreTraining, generator_config: BertConfig, gdes: bool = False):
         super().__init__()
         self.config = discriminator.config  # the model the run trains: its shape, vocabulary, positions
         self.discriminator = discriminator
@@ -153,28 +185,70 @@ class ElectraPretraining(nn.Module):
         shared = discriminator.encoder.embeddings
         self.generator.encoder.embeddings = shared  # the same module: one set of tensors
         self.generator.mlm.word_embeddings = shared.word  # the generator's decoder stays tied to it
+        self.gdes = False
+        if gdes:
+            self.disentangle()
+
+    def disentangle(self) -> ElectraPretraining:
+        """Switch to gradient-disentangled sharing: the discriminator reads sg(E_G) + E_delta."""
+        if not self.gdes:
+            self.discriminator.encoder.embeddings = DisentangledEmbeddings(self.generator.encoder.embeddings)
+            self.gdes = True
+        return self
+
+    def merged_discriminator(self) -> ElectraForPreTraining:
+        """The discriminator as transformers reads it: with gradient-disentangled sharing, a copy
+        whose token table is E_G + E_delta; otherwise the discriminator itself."""
+        if not self.gdes:
+            return self.discriminator
+        import copy
+
+        plain = ElectraForPreTraining(self.discriminator.config)
+        state = {k: v for k, v in self.discriminator.state_dict().items() if not k.endswith(".delta")}
+        table = self.discriminator.encoder.embeddings
+        embeddings = copy.deepcopy(table.shared)
+        with torch.no_grad():
+            embeddings.word.weight.copy_(table.table())
+        plain.load_state_dict(state, strict=False)
+        plain.encoder.embeddings = embeddings
+        return plain
 
     @classmethod
-    def new(cls, config: BertConfig, width: float) -> ElectraPretraining:
-        return cls(ElectraForPreTraining(config), generator_config(config, width))
+    def new(cls, config: BertConfig, width: float, layers: int | None = None, gdes: bool = False) -> ElectraPretraining:
+        return cls(ElectraForPreTraining(config), generator_config(config, width, layers), gdes)
 
     @classmethod
     def from_pretrained(cls, path) -> ElectraPretraining:
         """A pair written by `save_pretrained`, the shared embeddings tied again."""
-        from bertkit.hf import LAYOUTS, load_config, load_hf_state_dict
+        from safetensors.torch import load_file
+
+        from bertkit.hf import layout_of, load_config, load_hf_state_dict
         from bertkit.weights import read_state_dict
 
         path = Path(path)
-        model = cls(ElectraForPreTraining.from_pretrained(path), load_config(path / GENERATOR))
+        delta = path / GENERATOR / DELTA
+        model = cls(ElectraForPreTraining.from_pretrained(path), load_config(path / GENERATOR), gdes=delta.exists())
+        family = layout_of(json.loads((path / GENERATOR / "config.json").read_text(encoding="utf-8")))
         load_hf_state_dict(model.generator, read_state_dict(path / GENERATOR), True, path / GENERATOR,
-                           LAYOUTS["electra"], shared=_SHARED)
+                           family, shared=() if model.gdes else _SHARED)
+        if model.gdes:
+            with torch.no_grad():
+                model.discriminator.encoder.embeddings.delta.copy_(load_file(str(delta))["delta"])
         return model
 
     def save_pretrained(self, path, tokenizer=None) -> None:
         """The discriminator in `path` (transformers' ElectraForPreTraining layout, with the
-        tokenizer), the generator without the embeddings it shares in `path/generator`."""
-        self.discriminator.save_pretrained(path, tokenizer)
-        self.generator.save_pretrained(Path(path) / GENERATOR, leave_out=_SHARED)
+        tokenizer), the generator without the embeddings it shares in `path/generator` (with
+        `gdes`: the generator whole, and the discriminator's own token table beside it)."""
+        from safetensors.torch import save_file
+
+        from bertkit.io import atomic_path
+
+        self.merged_discriminator().save_pretrained(path, tokenizer)
+        self.generator.save_pretrained(Path(path) / GENERATOR, leave_out=() if self.gdes else _SHARED)
+        if self.gdes:
+            with atomic_path(Path(path) / GENERATOR / DELTA) as tmp:
+                save_file({"delta": self.discriminator.encoder.embeddings.delta.detach().cpu().contiguous()}, str(tmp))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, uniforms=None,
                 reduction: str = "sum") -> ElectraOutput:
@@ -194,7 +268,7 @@ def with_pooler(encoder: BertModel, seed: int) -> BertModel:
     (the same pooler every time: a resumed run saves what the uninterrupted one saved)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertModel(encoder.config, add_pooling_layer=True)
+        model = BertModel(encoder.config)  # a pooler where the family's models have one
     missing, unexpected = model.load_state_dict(encoder.state_dict(), strict=False)
-    assert set(missing) == {"pooler.weight", "pooler.bias"} and not unexpected, (missing, unexpected)
+    assert set(missing) <= {"pooler.weight", "pooler.bias"} and not unexpected, (missing, unexpected)
     return model

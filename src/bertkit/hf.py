@@ -10,11 +10,13 @@ RoBERTa, XLM-R, DistilBERT, ALBERT, DeBERTa-v2, ModernBERT). This module applies
 - what a directory holds (which heads), read without loading tensors (`bertkit.weights` reads them).
 
 A model is read in its directory's family and written in its own (`save_family`): its config's
-`model_type`, except that ELECTRA's classes (`hf_layout = "electra"`) and any BERT with an embedding
-projection are written in ELECTRA's layout, and a task model read from ELECTRA's layout without one
-is written as BERT (as transformers' Electra classes have other heads). ELECTRA's layout has no
-pooler: a bertkit model that has one (read from an ELECTRA directory, it starts new) writes it under
-BERT's name, which transformers' Electra classes would report as unexpected.
+`model_type`, except that ELECTRA's classes (`hf_layout = "electra"`) of a BERT and any BERT with an
+embedding projection are written in ELECTRA's layout (a descendant's discriminator and generator
+in its own family's: DeBERTa-v3's as `deberta.` + `mask_predictions`), and a task model read from
+ELECTRA's layout without one is written as BERT (as transformers' Electra classes have other
+heads). ELECTRA's layout has no pooler: a bertkit model that has one (read from an ELECTRA
+directory, it starts new) writes it under BERT's name, which transformers' Electra classes would
+report as unexpected.
 
 Loading is strict: a key we cannot place, a parameter we cannot find, or a shape that differs
 raises a `UserError` naming them. The one leniency is the one fine-tuning needs: a task head
@@ -115,7 +117,8 @@ LAYOUTS = FAMILIES  # the name ELECTRA's code reads them by
 def save_family(model) -> Family:
     """The family `model` is written in (see the module docstring)."""
     config = model.config
-    if model.hf_layout == "electra" or (config.embedding_size is not None and config.model_type in ("bert", "electra")):
+    bert = config.model_type in ("bert", "electra")
+    if bert and (model.hf_layout == "electra" or config.embedding_size is not None):
         return ELECTRA
     return BERT if config.model_type == "electra" else family_of(config.model_type)
 

@@ -233,6 +233,7 @@ class BertModel(PretrainedMixin, nn.Module):
         rel = config.relative_attention
         self.rel_embeddings = nn.Embedding(2 * relative_span(config), C) if rel else None  # DeBERTa
         self.rel_norm = nn.LayerNorm(C, eps=config.layer_norm_eps) if rel and config.norm_rel_ebd else None
+        self.rel_dropout = nn.Dropout(config.hidden_dropout_prob) if rel else None
         self.final_norm = nn.LayerNorm(C, eps=config.layer_norm_eps, bias=config.norm_bias) \
             if config.norm_first else None
         self.pooler = nn.Linear(C, C) if add_pooling_layer else None
@@ -307,7 +308,7 @@ class BertModel(PretrainedMixin, nn.Module):
         table = self.rel_embeddings.weight
         if self.rel_norm is not None:
             table = self.rel_norm(table)
-        table = self.embeddings.dropout(table)  # DeBERTa's dropout of the table, at the hidden rate
+        table = self.rel_dropout(table)  # DeBERTa's dropout of the table, at the hidden rate
         return Relative(table, relative_span(self.config), tuple(self.config.pos_att_type), self.config)
 
     def _embed(self, input_ids: Tensor, token_type_ids: Tensor | None, packing: Packing | None) -> Tensor:

@@ -187,9 +187,10 @@ def pretrain_card(cfg, records: list[dict], which: str = "model") -> Card:
         pipeline, cls, what = "fill-mask", "AutoModelForMaskedLM", "ELECTRA's generator (a small masked-LM)"
     elif which == "discriminator":
         pipeline, cls, what = "feature-extraction", "AutoModelForPreTraining", "ELECTRA's discriminator (RTD head)"
-    elif objective in ("mlm", "mlm+nsp"):
-        pipeline, cls = "fill-mask", "AutoModelForPreTraining" if objective == "mlm+nsp" else "AutoModelForMaskedLM"
-        what = "a BERT encoder with its masked-LM head" + (" and NSP head" if objective == "mlm+nsp" else "")
+    elif objective in ("mlm", "mlm+nsp", "mlm+sop"):
+        pair = {"mlm+nsp": " and NSP head", "mlm+sop": " and sentence-order head"}.get(objective, "")
+        pipeline, cls = "fill-mask", "AutoModelForPreTraining" if pair else "AutoModelForMaskedLM"
+        what = f"a {getattr(cfg, 'arch', 'bert')} encoder with its masked-LM head{pair}"
     else:  # ltr (causal attention), or ELECTRA's discriminator as a plain BERT
         pipeline, cls = "feature-extraction", "AutoModel"
         what = ("a left-to-right (causal attention) encoder" if objective == "ltr"

@@ -18,6 +18,7 @@ from bertkit.errors import UserError
 
 _MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
 DEFAULT_MAX_LENGTH = 256
+LONG_INPUT_MODEL = 512  # a model reading more tokens than this is a long-input one
 
 
 def _read(path: Path):
@@ -53,11 +54,17 @@ def declared_pooling(model_dir: str | os.PathLike) -> str | None:
 
 
 def model_pooling(model_dir: str | os.PathLike) -> tuple[str, int]:
-    """(pooling, max_length) as the directory's sentence-transformers files say, else (mean, 256)."""
-    max_length = DEFAULT_MAX_LENGTH
+    """(pooling, max_length) as the directory's sentence-transformers files say, else mean pooling
+    over 256 tokens, or over every position of a long-input model (more than BERT's 512: ModernBERT's
+    8,192), whose length is what it is used for."""
+    from bertkit.hf import load_config
+
     settings = Path(model_dir) / "sentence_bert_config.json"
     if settings.is_file():
         max_length = int(_read(settings).get("max_seq_length") or DEFAULT_MAX_LENGTH)
+    else:
+        positions = load_config(model_dir).max_tokens if (Path(model_dir) / "config.json").is_file() else 0
+        max_length = positions if positions > LONG_INPUT_MODEL else DEFAULT_MAX_LENGTH
     return declared_pooling(model_dir) or "mean", max_length
 
 

@@ -6,7 +6,8 @@ the pace of the busiest core (beside one busy process on 2 cores, `finetune` too
 default and 23 s with one thread; `serve` answered 5.7 against 69.2 requests/s). So a command
 takes the cores no other process keeps busy, from the 1-minute load average, at least one;
 `--threads N`, or OMP_NUM_THREADS in the environment, fixes the count instead. `bertkit.cli`
-applies the choice before a command's work starts and reports it in one line on stderr.
+applies the choice before a command's work starts and reports it in one line on stderr, printed
+when the command writes its first output, so that a mistake found before is the only line.
 
 OpenMP's wait policy is part of the same choice. Between parallel regions libgomp's idle threads
 spin before they sleep; on a core another process wants, a spinning thread takes that core's time

@@ -147,17 +147,13 @@ def _pretrain(cell: Cell, plan: Plan, ctx: Context) -> dict:
     from bertkit.pretrain import TrainConfig, pretrain
 
     s, p = plan.scale, dict(cell.params)
-    preset, overrides = s.shape(p["size"])
     out = ctx.path(cell.id)
     length = _length(cell, ctx)
     steps = length.get("steps", s.steps)  # a time-budgeted run saves and logs as often as the reference
-    cfg = TrainConfig(data=str(ctx.path(f"data/{p['format']}")), out=str(out), preset=preset, **length,
-                      objective=p["objective"], batch_size=p["batch_size"], recipe=p["recipe"], lr=p["lr"],
-                      warmup=p["warmup"], dropout=p["dropout"], precision=p["precision"], mask_rule=p["mask_rule"],
-                      compile=s.compile, save_every=max(1, steps // 8), log_every=max(1, steps // 20),
+    cfg = TrainConfig(data=str(ctx.path(f"data/{p['format']}")), out=str(out), **length, **s.train_options(p),
+                      save_every=max(1, steps // 8), log_every=max(1, steps // 20),
                       eval_every=steps if "steps" in length else 10**9,  # and once more at the end
-                      eval_samples=s.eval_samples, keep=1, seed=0, resume=True, device=ctx.device,
-                      config_overrides=dict(overrides), report_to=ctx.report_to)
+                      keep=1, seed=0, resume=True, device=ctx.device, report_to=ctx.report_to)
     status = pretrain(cfg)
     if status != 0:
         raise Stopped(status)

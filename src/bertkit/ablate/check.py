@@ -4,7 +4,8 @@ A task can separate pretrainings only where a fine-tuned model does clearly bett
 predicting the dev subset's most frequent label (the second run's MRPC stayed within two points
 of it in every row). Before the full run, the check runs the full run's own first cells (the
 vocabulary, the task subsets, the MLM + NSP reference's pretraining and its fine-tunings with
-every seed, Table 5's first row), so none of its work is done twice, and scores each task against
+every seed: the first row of the scale's first table, Table 5's or the compute curve's MLM + NSP at
+its smallest budget), so none of its work is done twice, and scores each task against
 its majority class (`taskdata.majority_baseline`; for CoNLL-2003 every word O, F1 0; for SQuAD
 an empty answer, F1 0). A task is clearly above when the gap is at least CLEAR_MARGIN points and
 larger than the seeds' spread, the report's sign rule. The result goes to OUT/task-check.json.
@@ -14,17 +15,18 @@ from __future__ import annotations
 
 import statistics
 
-from bertkit.ablate.plan import Plan, build_plan
-from bertkit.ablate.tables import TABLE5, TIME_REFERENCE
+from bertkit.ablate.plan import Plan, build_plan, get_scale, tables_for
+from bertkit.ablate.tables import CURVE_COLUMNS, TABLE5
 
 CLEAR_MARGIN = 3.0  # points above the majority class a task's median must reach
-# each task's main metric, as Table 5 reads it
-TASK_METRIC = {c.task: c.metric for c in TABLE5.columns}
+# each task's main metric, as Table 5 (and its compute curve) reads it
+TASK_METRIC = {c.task: c.metric for c in (*TABLE5.columns, *CURVE_COLUMNS)}
 
 
 def check_plan(scale: str, seeds: tuple[int, ...], tasks: tuple[str, ...] | None) -> Plan:
     """The reference's cells: the full run's first ones."""
-    return build_plan(scale, seeds, tasks, [TABLE5.rows[0].key])
+    tables = {t.key: t for t in tables_for(get_scale(scale))}
+    return build_plan(scale, seeds, tasks, [tables[get_scale(scale).tables[0]].rows[0].key])
 
 
 def _verdict(values: list[float], baseline: float | None) -> dict:
@@ -40,7 +42,7 @@ def _verdict(values: list[float], baseline: float | None) -> dict:
 
 def task_check(plan: Plan, records: dict) -> dict:
     """Each task's reference scores over the seeds, its majority class and the verdict."""
-    variant = TIME_REFERENCE.name
+    variant = plan.rows[0].variant.name
     pretrain = records.get(f"pretrain/{variant}", {}).get("result", {})
     out = {"scale": plan.scale.name, "seeds": list(plan.seeds), "margin": CLEAR_MARGIN,
            "reference": {"steps": pretrain.get("steps"), "val": pretrain.get("val", {})}, "tasks": {}}

@@ -8,7 +8,9 @@ every setting it computes with (the scale's learning rates, sizes, epochs), so a
 with other settings is not taken for this cell's (`cells.read_done`).
 
 `estimate_s` sums per-cell costs from the scale's measured rates (`scales.CPU_SMALL_RATES`);
-`bertkit ablate --plan-only` prints them. The scales themselves are in `scales.py`.
+`bertkit ablate --plan-only` prints them. The scales themselves are in `scales.py`; a scale with a
+compute curve adds its `t5-curve` table (`curve.py`) to the paper's, and a run without --only takes
+the scale's `tables`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bertkit.ablate.curve import budget_name, curve_table
 from bertkit.ablate.scales import SCALES, Scale, TaskSize
 from bertkit.ablate.tables import (
+    CURVE_KEY,
     FEATURES,
     NOT_RUN,
     TABLES,
@@ -25,6 +29,7 @@ from bertkit.ablate.tables import (
     TIME_REFERENCE,
     Column,
     Row,
+    Table,
     Variant,
     all_rows,
     cell_how,
@@ -53,6 +58,7 @@ class Plan:
     tasks: tuple[str, ...]
     rows: list[Row]
     cells: list[Cell]
+    tables: tuple[Table, ...] = TABLES  # the scale's: the paper's, and its compute curve where it has one
 
     @property
     def estimate_s(self) -> float:
@@ -65,25 +71,32 @@ def get_scale(name: str) -> Scale:
     return SCALES[name]
 
 
-def select_rows(only: list[str] | None) -> list[Row]:
-    """--only: table keys (t5, t5-time, ..., t8) and row keys (t5-ltr, ...); None: every row."""
-    rows = all_rows()
-    if not only:
-        return list(rows.values())
-    tables = {t.key: t for t in TABLES}
+def tables_for(scale: Scale) -> tuple[Table, ...]:
+    """The paper's tables, and the compute curve where the scale has one."""
+    return (*TABLES, curve_table(scale)) if scale.curve else TABLES
+
+
+def select_rows(scale: Scale, tables: tuple[Table, ...], only: list[str] | None) -> list[Row]:
+    """--only: table keys (t5, t5-time, ..., t8, t5-curve) and row keys (t5-ltr, ...); None: the rows
+    of the scale's `tables`."""
+    rows = all_rows(tables)
+    by_key = {t.key: t for t in tables}
     chosen: dict[str, Row] = {}
-    for name in only:
-        if name in tables:
-            chosen.update((r.key, r) for r in tables[name].rows)
+    for name in only or scale.tables:
+        if name in by_key:
+            chosen.update((r.key, r) for r in by_key[name].rows)
         elif name in rows:
             chosen[name] = rows[name]
+        elif name.startswith(CURVE_KEY) and not scale.curve:
+            raise UserError(f"--only {name}: scale {scale.name} has no compute curve; choose from "
+                            f"{', '.join(n for n, s in SCALES.items() if s.curve)}")
         else:
-            raise UserError(f"--only: no table or row {name!r}; choose from {', '.join([*tables, *rows])}")
+            raise UserError(f"--only: no table or row {name!r}; choose from {', '.join([*by_key, *rows])}")
     return [r for r in rows.values() if r.key in chosen]  # the tables' order
 
 
-def _columns(row: Row) -> list[Column]:
-    return [c for t in TABLES for c in t.columns if row in t.rows]
+def _columns(row: Row, tables: tuple[Table, ...]) -> list[Column]:
+    return [c for t in tables for c in t.columns if row in t.rows]
 
 
 def num_layers(scale: Scale, size: str) -> int:
@@ -104,28 +117,18 @@ def step_seconds(scale: Scale, size: str, objective: str) -> float:
     return scale.rates.get(f"step_{size}", 0.0) * scale.rates.get(f"{objective}_factor", 1.0)
 
 
-def pretrain_params(scale: Scale, objective: str, fmt: str, size: str = "reference", mask_rule: str = "80/10/10",
-                    lr: float | None = None, **length) -> tuple:
-    """A pretraining cell's params: what it trains, and every setting it trains with (`lr`: another
-    than the scale's); `length` is steps=N, minutes=M, or minutes_of=CELL (the minutes that cell's
-    pretraining took)."""
-    options = {**scale.pretrain_options(objective), **({"lr": lr} if lr is not None else {})}
-    return (("objective", objective), ("format", fmt), ("mask_rule", mask_rule), ("size", size),
-            ("batch_size", scale.batch_size), *sorted(options.items()), *length.items())
-
-
 def _pretrain_cell(scale: Scale, v: Variant) -> Cell:
     fixed, needs = scale.rates.get("fixed", 0.0), ("vocab", f"data/{v.format}")
     if v.budget == "steps":
-        length = {"steps": scale.steps}
-        seconds = step_seconds(scale, v.size, v.objective) * scale.steps
+        length = {"steps": v.steps or scale.steps}
+        seconds = step_seconds(scale, v.size, v.objective) * length["steps"]
     elif scale.time_minutes is not None:
         length, seconds = {"minutes": scale.time_minutes}, 60 * scale.time_minutes
     else:  # the minutes the reference took: it runs first
         reference = f"pretrain/{TIME_REFERENCE.name}"
         length, needs = {"minutes_of": reference}, (*needs, reference)
         seconds = step_seconds(scale, TIME_REFERENCE.size, TIME_REFERENCE.objective) * scale.steps
-    params = pretrain_params(scale, v.objective, v.format, v.size, v.mask_rule, **length)
+    params = scale.pretrain_params(v.objective, v.format, v.size, v.mask_rule, **length)
     return Cell(f"pretrain/{v.name}", "pretrain", params, needs, fixed + seconds)
 
 
@@ -166,40 +169,58 @@ def setup_cells(scale: Scale, formats, tasks) -> list[Cell]:
     return cells
 
 
+def _check_tasks(tasks: tuple[str, ...] | None, rows: list[Row], tables) -> tuple[str, ...]:
+    """--tasks, each a known task; None: the tasks of the chosen rows' columns."""
+    if tasks is None:
+        used = {c.task for r in rows for c in _columns(r, tables)}
+        return tuple(t for t in TASKS if t in used)
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown:
+        raise UserError(f"--tasks: unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    return tuple(tasks)
+
+
+def _add(cells: dict[str, Cell], cell: Cell) -> None:
+    """`cell` once: rows that share it must compute it with the same settings."""
+    if cells.setdefault(cell.id, cell).params != cell.params:
+        raise ValueError(f"two rows make cell {cell.id} with different settings")
+
+
 def build_plan(scale_name: str, seeds: tuple[int, ...], tasks: tuple[str, ...] | None = None,
                only: list[str] | None = None) -> Plan:
     """The cells for these rows, tasks and seeds at this scale, each once, in running order."""
     scale = get_scale(scale_name)
-    tasks = tuple(tasks or TASKS)
-    unknown = sorted(set(tasks) - set(TASKS))
-    if unknown:
-        raise UserError(f"--tasks: unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
-    rows = select_rows(only)
+    tables = tables_for(scale)
+    rows = select_rows(scale, tables, only)
+    tasks = _check_tasks(tasks, rows, tables)
     pretrains: dict[str, Cell] = {}
     finetunes: dict[str, Cell] = {}
     for row in rows:
-        for column in _columns(row):
+        for column in _columns(row, tables):
             how = cell_how(row, column)
             if (column.task != "pretrain" and column.task not in tasks) or how == NOT_RUN:
                 continue
-            pretrains.setdefault(row.variant.name, _pretrain_cell(scale, row.variant))
+            if column.task != "pretrain" and column.task not in scale.tasks:
+                raise UserError(f"--tasks: scale {scale.name} has no size for task {column.task}")
+            _add(pretrains, _pretrain_cell(scale, row.variant))
             if column.task == "pretrain":
                 continue
-            for seed in seeds:
-                cell = _finetune_cell(scale, row.variant, column.task, how, seed)
-                finetunes.setdefault(cell.id, cell)
+            for seed in seeds[:row.seeds]:
+                _add(finetunes, _finetune_cell(scale, row.variant, column.task, how, seed))
     if not pretrains:
         raise UserError("--only and --tasks leave no cell to run (no chosen row has a chosen task)")
     needed = {n for c in pretrains.values() for n in c.needs}
-    if f"pretrain/{TIME_REFERENCE.name}" in needed and TIME_REFERENCE.name not in pretrains:
+    reference = f"pretrain/{TIME_REFERENCE.name}"
+    if reference in needed and reference not in pretrains:
         # an equal-time pretraining takes the reference's minutes: the reference runs first
-        pretrains = {TIME_REFERENCE.name: _pretrain_cell(scale, TIME_REFERENCE), **pretrains}
+        pretrains = {reference: _pretrain_cell(scale, TIME_REFERENCE), **pretrains}
     formats = {c.param("format") for c in pretrains.values()}
     used = sorted({c.param("task") for c in finetunes.values()}, key=TASKS.index)
     # Fine-tunings grouped by seed: a stopped run has whole seeds done, and a report with one
     # seed of every cell early.
     ordered = sorted(finetunes.values(), key=lambda c: c.param("seed"))
-    return Plan(scale, tuple(seeds), tasks, rows, [*setup_cells(scale, formats, used), *pretrains.values(), *ordered])
+    cells = [*setup_cells(scale, formats, used), *pretrains.values(), *ordered]
+    return Plan(scale, tuple(seeds), tasks, rows, cells, tables)
 
 
 def wall_estimate(plan: Plan, processes: int = 2) -> float:
@@ -234,7 +255,28 @@ def describe(plan: Plan, processes: int = 2) -> str:
              f"{','.join(map(str, plan.seeds)) or '-'}; about {int(wall // 60)} h {int(wall % 60):02d} min of wall "
              f"time if {processes} processes share the folder (the same command run {processes} times at once; on "
              f"the CPU one thread each, on {processes} otherwise quiet cores)"]
+    lines += describe_curve(plan)
     for kind, cells in kinds.items():
         lines.append(f"  {kind}: {sum(c.estimate_s for c in cells) / 60:.1f} min")
     lines += [f"    {c.id}  ~{c.estimate_s:.0f}s" for c in plan.cells]
     return "\n".join(lines)
+
+
+def describe_curve(plan: Plan) -> list[str]:
+    """The compute curve's budgets and each line's steps at them, where the plan has curve rows."""
+    table = next((t for t in plan.tables if t.key == CURVE_KEY), None)
+    chosen = {r.key for r in plan.rows}
+    if table is None or not chosen & {r.key for r in table.rows}:
+        return []
+    meta = table.meta
+    lines = [f"  compute curve: budgets {', '.join(map(budget_name, meta['budgets']))} of the MLM + NSP reference's "
+             f"{meta['reference_steps']:,} steps x {meta['reference_flops_per_step']:.3g} useful FLOPs; steps at each:"]
+    by_line: dict[str, list[str]] = {}
+    for key, info in meta["rows"].items():
+        if key in chosen:
+            by_line.setdefault(info["line"], []).append(f"{info['steps']:,}")
+    lines += [f"    {line}: {' / '.join(steps)}" for line, steps in by_line.items()]
+    if meta["largest_budget_seeds"] is not None:
+        lines.append(f"    the {budget_name(max(meta['budgets']))} budget fine-tunes with the first "
+                     f"{meta['largest_budget_seeds']} seeds only")
+    return lines

@@ -5,8 +5,9 @@ standard deviation over the fine-tuning seeds beside the paper's figure. Each ro
 table's first is compared with one other row (`tables.Row.against`), and `sign_verdict` says
 whether the paper's sign of that gap holds here: a sign counts only when our gap is larger
 than the seeds' spread (the larger of the two rows' standard deviations); a smaller gap, or a
-single run (no spread to measure), is "not resolved at this scale". `render_markdown` reads
-nothing but report.json's content, so a report can be re-rendered (or checked) from that file.
+single run (no spread to measure), is "not resolved at this scale" (`signs.py`). The compute
+curve (`t5-curve`) adds a section of its own (`curve_report.py`). `render_markdown` reads nothing
+but report.json's content, so a report can be re-rendered (or checked) from that file.
 """
 
 from __future__ import annotations
@@ -14,35 +15,13 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from bertkit.ablate.curve_report import curve_section, plot_curve, render_curve
 from bertkit.ablate.plan import Plan
-from bertkit.ablate.tables import NOT_RUN, TABLES, Row, Table, cell_how
+from bertkit.ablate.signs import HOLDS, NO_SIGN, PENDING, REVERSED, UNRESOLVED, sign_verdict
+from bertkit.ablate.tables import CURVE_KEY, NOT_RUN, Row, Table, cell_how
 
-HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN = ("holds", "reversed", "not resolved at this scale", "pending",
-                                                 "no sign in the paper")
-
-
-def sign_verdict(paper_gap: float | None, ours: list[float], reference: list[float]) -> dict:
-    """Whether our gap (median of `ours` minus median of `reference`) has the paper's sign,
-    counting it only when it exceeds the seeds' spread (the larger of the two standard deviations).
-    With no paper figure (`paper_gap` None) there is no sign to check: our gap alone, and its
-    `direction` ("higher", "lower", or not resolved by the same rule)."""
-    if not ours or not reference:
-        return {"verdict": NO_SIGN} if paper_gap is None else {"verdict": PENDING, "paper_gap": paper_gap}
-    gap = statistics.median(ours) - statistics.median(reference)
-    spread = max(statistics.stdev(ours), statistics.stdev(reference)) if min(len(ours), len(reference)) > 1 else None
-    out = {"our_gap": round(gap, 4), "spread": None if spread is None else round(spread, 4)}
-    resolved = spread is not None and abs(gap) > spread
-    if paper_gap is None:
-        return {**out, "verdict": NO_SIGN, "direction": ("higher" if gap > 0 else "lower") if resolved else UNRESOLVED}
-    out = {"paper_gap": round(paper_gap, 4), **out}
-    if spread is None:
-        return {**out, "verdict": UNRESOLVED, "why": "one run: no seed spread to compare with"}
-    if paper_gap == 0:
-        return {**out, "verdict": NO_SIGN}
-    if not resolved:
-        return {**out, "verdict": UNRESOLVED, "why": "the gap is within the seeds' spread"}
-    return {**out, "verdict": HOLDS if (gap > 0) == (paper_gap > 0) else REVERSED}
-
+__all__ = ["HOLDS", "NO_SIGN", "PENDING", "REVERSED", "UNRESOLVED", "build_report", "render_markdown", "sign_verdict",
+           "write_report"]
 
 def _values(plan: Plan, records: dict, row: Row, column) -> tuple[list[float], list[int]]:
     """Our numbers for one entry: one per seed (fine-tuning) or one (a pretraining's metric)."""
@@ -100,8 +79,10 @@ def _table(plan: Plan, records: dict, table: Table) -> dict | None:
 
 
 def build_report(plan: Plan, records: dict, meta: dict) -> dict:
-    """report.json's content: `meta` (command, scale, times), the cells, every chosen table."""
-    tables = [t for t in (_table(plan, records, table) for table in TABLES) if t is not None]
+    """report.json's content: `meta` (command, scale, times), the cells, every chosen table, and the
+    compute curve's section where its rows were chosen."""
+    chosen = {table.key: (table, _table(plan, records, table)) for table in plan.tables}
+    tables = [t for _, t in chosen.values() if t is not None]
     signs = [e["sign"] for t in tables for r in t["rows"] for e in r["entries"].values() if "sign" in e]
     verdicts = [s["verdict"] for s in signs]
     counts = {v: verdicts.count(v) for v in (HOLDS, REVERSED, UNRESOLVED, PENDING, NO_SIGN) if v in verdicts}
@@ -109,11 +90,15 @@ def build_report(plan: Plan, records: dict, meta: dict) -> dict:
     unpaired = {d: directions.count(d) for d in ("higher", "lower", UNRESOLVED) if d in directions}
     pretrain = {r["id"]: {**r["result"], "settings": r["params"]} for r in records.values() if r["kind"] == "pretrain"}
     baselines = {r["params"]["task"]: r["result"].get("majority", {}) for r in records.values() if r["kind"] == "tasks"}
-    return {**meta, "scale": plan.scale.name, "seeds": list(plan.seeds), "tasks": list(plan.tasks),
+    report = {**meta, "scale": plan.scale.name, "seeds": list(plan.seeds), "tasks": list(plan.tasks),
             "cells": {"done": sum(c.id in records for c in plan.cells), "total": len(plan.cells)},
             "cell_time_s": round(sum(r.get("time_s", 0.0) for r in records.values()), 1),
             "verdicts": counts, "without_paper_figure": unpaired, "pretraining": pretrain, "baselines": baselines,
             "tables": tables}
+    curve, curve_json = chosen.get(CURVE_KEY, (None, None))
+    if curve_json is not None:
+        report["curve"] = curve_section(curve, curve_json, records, plan.seeds)
+    return report
 
 
 def _number(entry: dict) -> str:
@@ -178,10 +163,12 @@ def render_markdown(report: dict) -> str:
     for table in report["tables"]:
         lines += render_table(table)
         lines += [f"![{table['title']}]({table['key']}.png)", ""]
+    if "curve" in report:
+        lines += render_curve(report["curve"])
     return "\n".join(lines)
 
 
-_TASK_NAMES = {"mrpc": "MRPC", "sst2": "SST-2", "squad": "SQuAD", "conll": "CoNLL-2003"}
+_TASK_NAMES = {"mrpc": "MRPC", "sst2": "SST-2", "squad": "SQuAD", "conll": "CoNLL-2003", "stsb": "STS-B"}
 
 
 def render_baselines(baselines: dict) -> list[str]:
@@ -193,6 +180,8 @@ def render_baselines(baselines: dict) -> list[str]:
             parts.append(f"CoNLL-2003 F1 0 (every word O; token accuracy {base['accuracy']:.1f})")
         elif task == "squad" and base:
             parts.append("SQuAD F1 0 (an empty answer)")
+        elif task == "stsb" and base:
+            parts.append(f"STS-B Spearman 0 (the mean score, {base['mean']:.2f}, for every pair)")
         elif base:
             parts.append(f"{_TASK_NAMES[task]} accuracy {base['accuracy']:.1f} (label {base['label']})")
     return [f"Majority class on our dev subsets: {'; '.join(parts)}.", ""] if parts else []
@@ -233,3 +222,5 @@ def write_report(out: Path, report: dict) -> None:
     write_text(out / "report.md", render_markdown(report))
     for table in report["tables"]:
         plot_ablation_table(table, out / f"{table['key']}.png")
+    if "curve" in report:
+        plot_curve(report["curve"], out)

@@ -14,6 +14,10 @@ unit its time estimate adds up (`rates`).
   each objective's own peak lr (`lr_by_objective`, chosen by `bertkit ablate --tune-lr`); Table 5
   also at equal wall time. The second run (BERT's init, lr 1e-3 for every objective) left the MLM
   models on the plateau: docs/ablations/cpu-small-run2/NOTE.md.
+- `cpu-curve`: Table 5 along a compute axis (`t5-curve`, what a run without --only takes) on
+  cpu-small's reference shape and recipe: each objective pretrained at 1x, 3x and 9x the MLM + NSP
+  reference's FLOPs (1,600 / 4,800 / 14,400 of its steps; fewer for the costlier steps of LTR and
+  ELECTRA), fine-tuned on SST-2, SQuAD, CoNLL-2003 and STS-B with every seed.
 - `gpu`: one H200, about 10 minutes: the base shape at 128 tokens, bf16 and torch.compile, the
   paper recipe's init and beta2 (BERT's 0.02 suits hidden 768) at lr 4e-4 with no dropout, about 2
   minutes of pretraining per variant, full MRPC and CoNLL, larger SST-2 and SQuAD subsets. Not run
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bertkit.ablate.tables import PAPER_TABLES
 from bertkit.pretrain.recipes import fill
 
 
@@ -58,6 +63,11 @@ class Scale:
     feature_lr: float = 1e-3  # the feature-based tagger's learning rate
     compile: bool = False
     eval_samples: int = 512  # validation sequences each pretraining is scored on
+    tables: tuple[str, ...] = PAPER_TABLES  # the tables a run without --only takes
+    # Table 5's compute axis (t5-curve): budgets as multiples of the MLM + NSP reference's pretraining
+    # FLOPs (`steps` x its useful FLOPs per step); (): no curve at this scale
+    curve: tuple[float, ...] = ()
+    largest_budget_seeds: int | None = None  # the curve's largest budget fine-tunes with the first N seeds only
     # seconds per unit, measured at this scale: pretraining step per size (and `{objective}_factor`,
     # an objective's step over an MLM step); fine-tuning per training example (squad: article) and
     # epoch; evaluation per cell; the fixed cost of a cell
@@ -75,6 +85,24 @@ class Scale:
         """The TrainConfig options every pretraining of `objective` at this scale takes."""
         return {"recipe": self.recipe, "lr": self.lr_for(objective), "warmup": self.warmup,
                 "dropout": self.dropout, "precision": self.precision}
+
+    def pretrain_params(self, objective: str, fmt: str, size: str = "reference", mask_rule: str = "80/10/10",
+                        lr: float | None = None, **length) -> tuple:
+        """A pretraining cell's params: what it trains, and every setting it trains with (`lr`: another
+        than the scale's); `length` is steps=N, minutes=M, or minutes_of=CELL (the minutes that cell's
+        pretraining took)."""
+        options = {**self.pretrain_options(objective), **({"lr": lr} if lr is not None else {})}
+        return (("objective", objective), ("format", fmt), ("mask_rule", mask_rule), ("size", size),
+                ("batch_size", self.batch_size), *sorted(options.items()), *length.items())
+
+    def train_options(self, params: dict) -> dict:
+        """The `TrainConfig` options a pretraining cell's params name (the model's shape included);
+        a run adds its folders, length and cadences."""
+        preset, overrides = self.shape(params["size"])
+        recipe = {k: params[k] for k in self.pretrain_options(params["objective"])}
+        return {**recipe, "preset": preset, "config_overrides": dict(overrides), "objective": params["objective"],
+                "batch_size": params["batch_size"], "mask_rule": params["mask_rule"], "compile": self.compile,
+                "eval_samples": self.eval_samples}
 
     @property
     def finetune_precision(self) -> str:
@@ -96,6 +124,11 @@ CPU_SMALL_RATES = {"fixed": 2.0, "vocab": 60.0, "data": 30.0, "step_reference": 
                    "step_larger": 0.65, "ltr_factor": 2.9, "electra_factor": 1.45, "head_ltr-bilstm": 1.5,
                    "ft_mrpc": 10.08 / 1500, "ft_sst2": 6.68 / 3000, "ft_conll": 6.83 / 2000,
                    "fb_conll": 4.16 / 2000, "eval_conll": 2.2, "ft_squad": 86.0 / 6}
+# STS-B's rate is derived, not measured: SST-2's per-example rate times the mean tokens of a pair over a
+# sentence (32.9 against 15.3 over 3,000 training rows of each in an 8,000-entry Wikipedia WordPiece
+# vocabulary, 2.14x). A check on a busy machine (load 8-12 on 2 cores; 800 examples, 1 epoch, grouped
+# by length) took 1.4-1.5x SST-2's time per example, so the estimate errs long.
+CPU_CURVE_RATES = {**CPU_SMALL_RATES, "ft_stsb": CPU_SMALL_RATES["ft_sst2"] * 32.9 / 15.3}
 SCALES = {
     "tiny": Scale(
         "tiny", vocab_size=120, max_seq_len=32, preset="tiny",
@@ -105,8 +138,9 @@ SCALES = {
         steps=3, batch_size=8, lr_by_objective=dict.fromkeys(("mlm+nsp", "mlm", "ltr", "electra"), 2e-3),
         precision="fp32", eval_samples=8, lr_grid={"mlm": (1e-3, 3e-3), "electra": (1e-4, 1e-3)}, tune_steps=3,
         tasks={"mrpc": TaskSize(16, 8, 1, 1e-3, 32, 8), "sst2": TaskSize(16, 8, 1, 1e-3, 32, 8),
-               "squad": TaskSize(1, 1, 1, 1e-3, 64, 8), "conll": TaskSize(16, 8, 1, 1e-3, 32, 8)},
-        rates={"fixed": 1.0}),
+               "squad": TaskSize(1, 1, 1, 1e-3, 64, 8), "conll": TaskSize(16, 8, 1, 1e-3, 32, 8),
+               "stsb": TaskSize(16, 8, 1, 1e-3, 32, 8)},
+        curve=(1, 2), rates={"fixed": 1.0}),
     "cpu-small": Scale(
         "cpu-small", vocab_size=8000, max_seq_len=128, preset="tiny",
         sizes={"reference": ("tiny", _CPU_SHAPE), "smaller": ("tiny", {}), "larger": ("mini", {})},
@@ -128,6 +162,22 @@ SCALES = {
         tasks={"mrpc": TaskSize(3668, None, 3, 3e-4, 128), "sst2": TaskSize(6000, None, 3, 3e-4, 64),
                "squad": TaskSize(4, 3, 2, 1e-3, 192), "conll": TaskSize(2000, 1000, 10, 3e-4, 128, 16)},
         rates=CPU_SMALL_RATES),
+    "cpu-curve": Scale(
+        "cpu-curve", vocab_size=8000, max_seq_len=128, preset="tiny",
+        sizes={"reference": ("tiny", _CPU_SHAPE), "smaller": ("tiny", {}), "larger": ("mini", {})},
+        steps=1600, batch_size=32, tables=("t5-curve",), curve=(1, 3, 9),
+        # PLACEHOLDERS, equal to cpu-small's until set: the recipe (`recipe`, `warmup`, `precision`,
+        # `dropout`) and each objective's lr are to be set from bench/pretrain_levers.py's ablation-shape
+        # run (--shape ablation), with a comment naming its JSON; then `--tune-lr` at this scale.
+        lr_by_objective={"mlm+nsp": 1e-3, "mlm": 1e-3, "ltr": 1e-3, "electra": 1e-4},
+        lr_grid={"mlm+nsp": (1e-3, 3e-3), "mlm": (1e-3, 3e-3), "ltr": (1e-3, 3e-3),
+                 "electra": (5e-5, 1e-4, 3e-4, 1e-3)}, tune_steps=400,
+        # cpu-small's sizes (its task check); STS-B: 4,000 of its 5,749 training pairs, the whole dev set
+        # (1,500), fine-tuned as regression, scored by Spearman correlation
+        tasks={"sst2": TaskSize(6000, None, 3, 3e-4, 64), "squad": TaskSize(4, 3, 2, 1e-3, 192),
+               "conll": TaskSize(2000, 1000, 10, 3e-4, 128, 16), "stsb": TaskSize(4000, None, 3, 3e-4, 128),
+               "mrpc": TaskSize(3668, None, 3, 3e-4, 128)},
+        rates=CPU_CURVE_RATES),
     "gpu": Scale(
         "gpu", vocab_size=30522, max_seq_len=128, preset="base",
         sizes={"reference": ("base", {}), "smaller": ("small", {}), "larger": ("large", {})},

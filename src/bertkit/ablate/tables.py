@@ -12,6 +12,9 @@ costlier step (LTR's next-token logits at every position, ELECTRA's generator) g
 The paper's Table 8 writes its rules as
 MASK/SAME/RND; ours (`--mask-rule`) are MASK/RANDOM/KEEP, so "80% 0% 20%" there is 80/20/0 here.
 Where our task is not the paper's (MRPC for the paper's MNLI in Table 8), the column says so.
+Table 5's compute axis (`t5-curve`) has its rows built per scale (`curve.curve_table`): each of
+`CURVE_LINES` at each of the scale's budgets, at equal FLOPs, compared with MLM + NSP at the same
+budget; this module holds its lines and columns.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ FEATURES = {
     "fb-concat-last-four": ((-4, -3, -2, -1), "concat"),
     "fb-sum-all": ("all", "sum"),
 }
-TASKS = ("mrpc", "sst2", "squad", "conll")
+TASKS = ("mrpc", "sst2", "squad", "conll", "stsb")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class Variant:
     format: str = "nsp"
     mask_rule: str = "80/10/10"
     size: str = "reference"  # a key of the scale's `sizes`
-    budget: str = "steps"  # "steps": the scale's step count; "time": Table 5's equal wall-time budget
+    budget: str = "steps"  # "steps": `steps`; "time": Table 5's equal wall-time budget
+    steps: int | None = None  # budget "steps": this many (the compute curve's equal FLOPs); None: the scale's
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,9 @@ class Row:
     variant: Variant
     paper: dict  # column name -> the paper's figure
     how: str = FINE_TUNE
-    against: str | None = None  # the row this row's gaps are measured from; None: the reference
+    against: str | None = None  # the row this row's gaps are measured from; None: the table's first; its own key: none
     column_how: dict = field(default_factory=dict)  # column name -> how, where it is not `how` (or NOT_RUN)
+    seeds: int | None = None  # fine-tuned with the first N of the run's seeds only; None: every seed
 
 
 @dataclass(frozen=True)
@@ -171,10 +176,37 @@ TABLE8 = Table("t8", "Table 8: masking rules (MASK/RANDOM/KEEP of the chosen 15%
                     "layers, as the paper's does. The paper's sentence-pair column is MNLI; ours is MRPC.")
 
 TABLES = (TABLE5, TABLE5_TIME, TABLE6, TABLE7, TABLE8)
+PAPER_TABLES = tuple(t.key for t in TABLES)  # what a run without --only takes, unless its scale says otherwise
+
+CURVE_KEY = "t5-curve"
+_STSB = "STS-B (Spearman)"
+CURVE_COLUMNS = (Column("SST-2 (acc)", "sst2", "accuracy"), Column("SQuAD (F1)", "squad", "f1"),
+                 Column(_NER, "conll", "f1"), Column(_STSB, "stsb", "spearman"))
 
 
-def all_rows() -> dict[str, Row]:
-    return {row.key: row for table in TABLES for row in table.rows}
+@dataclass(frozen=True)
+class CurveLine:
+    """One objective of Table 5 along the compute axis: a line of each task's plot, a row per budget."""
+
+    variant: Variant  # its equal-steps pretraining (Table 5's); the curve's are at the budget's FLOPs
+    label: str
+    paper: dict  # Table 5's figures: the paper's sign at every budget
+    how: str = FINE_TUNE
+    column_how: dict = field(default_factory=dict)
+
+
+# An LTR model fine-tunes with the LTR heads (finetune/ltr.py: its last real token for classification and
+# STS-B's regression, every position for SQuAD spans), tags NER with the ordinary token head.
+CURVE_LINES = (
+    CurveLine(BERT, "MLM + NSP", _T5_PAPER["bert"]),
+    CurveLine(NO_NSP, "MLM", _T5_PAPER["no-nsp"]),
+    CurveLine(LTR_V, "LTR", _T5_PAPER["ltr"], LTR, {_NER: FINE_TUNE}),
+    CurveLine(ELECTRA_V, "ELECTRA (RTD)", {}),
+)
+
+
+def all_rows(tables: tuple[Table, ...] = TABLES) -> dict[str, Row]:
+    return {row.key: row for table in tables for row in table.rows}
 
 
 def cell_how(row: Row, column: Column) -> str:

@@ -1,12 +1,13 @@
 """The fixed task subsets every variant of an ablation fine-tunes on, written once as files.
 
-From the shared data folder (`../shared/data`: GLUE's MRPC and SST-2, SQuAD v1.1 dev, CoNLL-2003),
+From the shared data folder (`../shared/data`: GLUE's MRPC, SST-2 and STS-B, SQuAD v1.1 dev, CoNLL-2003),
 a scale's `TaskSize` keeps a random subset (seed 0) of the training rows or sentences, in their
 file order, and of the dev set when it says so. SQuAD has only its dev file offline: its
 articles are shuffled (seed 0), the first K train and the next D are evaluated on, as
 `finetune --task squad --split-articles` does. The subsets are written in the official layouts,
 so the ordinary readers read them. `majority_baseline` scores the dev subset's most frequent
-label (for CoNLL, every word tagged O: F1 0 and its token accuracy; for SQuAD, an empty answer),
+label (for CoNLL, every word tagged O: F1 0 and its token accuracy; for SQuAD, an empty answer; for
+STS-B, a regression, the mean score for every pair: no correlation, Spearman 0),
 what a fine-tuned model must clearly beat before its numbers can separate pretrainings.
 """
 
@@ -20,10 +21,12 @@ from pathlib import Path
 from bertkit.errors import UserError
 
 SOURCES = {"mrpc": ("glue/MRPC/train.tsv", "glue/MRPC/dev.tsv"), "sst2": ("glue/SST-2/train.tsv", "glue/SST-2/dev.tsv"),
-           "squad": ("squad/dev-v1.1.json", None), "conll": ("ner/conll2003/train.txt", "ner/conll2003/dev.txt")}
+           "squad": ("squad/dev-v1.1.json", None), "conll": ("ner/conll2003/train.txt", "ner/conll2003/dev.txt"),
+           "stsb": ("glue/STS-B/train.tsv", "glue/STS-B/dev.tsv")}
 LABEL_COLUMN = {"mrpc": 0, "sst2": -1}  # where a TSV row's label is
+SCORE_COLUMN = {"stsb": -1}  # where a regression TSV row's score is
 TASK_FILES = {"mrpc": ("train.tsv", "dev.tsv"), "sst2": ("train.tsv", "dev.tsv"), "squad": ("train.json", "dev.json"),
-              "conll": ("train.txt", "dev.txt")}
+              "conll": ("train.txt", "dev.txt"), "stsb": ("train.tsv", "dev.tsv")}
 
 
 def source_files(task: str, data_dir: Path) -> list[Path]:
@@ -96,13 +99,18 @@ def write_task_subset(task: str, data_dir: Path, out: Path, size) -> dict:
 
 def majority_baseline(task: str, folder: Path) -> dict:
     """What predicting the dev subset's most frequent label scores, in the task's metrics (x100);
-    for SQuAD, which has no labels to count, an empty answer (0)."""
+    for SQuAD, which has no labels to count, an empty answer (0); for STS-B, its mean score for every
+    pair, which correlates with nothing (0)."""
     dev = Path(folder) / TASK_FILES[task][1]
     if task in LABEL_COLUMN:
         rows = dev.read_text(encoding="utf-8").splitlines()[1:]
         labels = [row.split("\t")[LABEL_COLUMN[task]].strip() for row in rows if row.strip()]
         label, count = Counter(labels).most_common(1)[0]
         return {"label": label, "accuracy": 100 * count / len(labels)}
+    if task in SCORE_COLUMN:
+        rows = dev.read_text(encoding="utf-8").splitlines()[1:]
+        scores = [float(row.split("\t")[SCORE_COLUMN[task]]) for row in rows if row.strip()]
+        return {"label": "", "mean": sum(scores) / len(scores), "spearman": 0.0, "pearson": 0.0}
     if task == "conll":
         tags = [line.split()[-1] for line in dev.read_text(encoding="utf-8").splitlines() if line.strip()]
         return {"label": "O", "f1": 0.0, "accuracy": 100 * tags.count("O") / len(tags)}

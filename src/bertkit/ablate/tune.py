@@ -14,7 +14,7 @@ at 50%. The best lr per objective goes to OUT/lr-tuning.json; copy it into the s
 
 from __future__ import annotations
 
-from bertkit.ablate.plan import Cell, Plan, get_scale, pretrain_params, setup_cells, step_seconds
+from bertkit.ablate.plan import Cell, Plan, get_scale, setup_cells, step_seconds
 from bertkit.errors import UserError
 
 TUNE_METRIC = {"mlm+nsp": "mlm_accuracy", "mlm": "mlm_accuracy", "ltr": "next_token_accuracy",
@@ -35,7 +35,7 @@ def tune_plan(scale_name: str) -> Plan:
     for objective, lrs in scale.lr_grid.items():
         fmt = objective_format(objective)
         for lr in lrs:
-            params = pretrain_params(scale, objective, fmt, lr=lr, steps=scale.tune_steps)
+            params = scale.pretrain_params(objective, fmt, lr=lr, steps=scale.tune_steps)
             estimate = scale.rates.get("fixed", 0.0) + step_seconds(scale, "reference", objective) * scale.tune_steps
             cells.append(Cell(f"tune/{objective}/lr{lr:g}", "pretrain", params, ("vocab", f"data/{fmt}"), estimate))
     formats = {c.param("format") for c in cells}

@@ -9,9 +9,15 @@ disk), becomes one line on stderr and exit status 2; anything else is a bug and 
 traceback. A command stopped by SIGTERM or SIGINT exits with 128 + the signal's number, except
 `serve`, for which SIGTERM is the normal way to stop (it drains, then exits 0).
 
+A write the machine refuses once the work has started (a full disk, a file over the size limit,
+a read-only or failing disk, an output folder deleted under the run: `bertkit.io.WriteError`) is
+one line too, naming the path, what the command kept, and the command line that continues
+(with --resume where the command has it), and exit status 1.
+
 Every command that runs a model takes `--threads N`; without it (and without OMP_NUM_THREADS),
-`bertkit.threads` picks the count from the machine's load once the flags are checked, and the
-command's first line on stderr says what it picked.
+`bertkit.threads` picks the count from the machine's load once the flags are checked. The line
+that says so, and the notes on what a stopped run left behind beside `--out` (removed here), wait
+until the command writes its first output: a mistake found before that is the only line.
 """
 
 from __future__ import annotations
@@ -93,40 +99,124 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
     except SystemExit as e:  # --help, or a flag that failed its check (one line already printed)
         return int(e.code or 0)
-    return _run(name, module, args)
+    resumable = "--resume" in parser._option_string_actions
+    return _run(name, module, args, _continuing(name, argv[1:], resumable))
 
 
-def _run(name: str, module, args) -> int:
-    """Check the flags together, choose the threads, run: a user's mistake is one line and exit 2."""
+def _run(name: str, module, args, again: str) -> int:
+    """Check the flags together, choose the threads, run: a user's mistake is one line and exit 2;
+    a refused write one line and exit 1 (`again`: the command line that continues)."""
+    from bertkit.io import write_error
+
+    notice = Notice(f"bertkit {name}: ")
     try:
         if hasattr(module, "check"):
             module.check(args)
         if name not in NO_MODEL:
-            _threads(name, args)
-        return int(module.run(args) or 0)
+            notice.add(_threads(name, args))
+        notice.add(*_leftovers(args))
+        with notice:
+            return int(module.run(args) or 0)
     except UserError as e:
         print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.filename is None:
+        refused = write_error(e, e.filename or getattr(args, "out", None) or "the output")
+        if refused is None and e.filename is None:
             raise
-        print(f"bertkit {name}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        if refused is None:
+            print(f"bertkit {name}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(_refused_line(name, refused, again), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"bertkit {name}: interrupted", file=sys.stderr)
         return 130
 
 
-def _threads(name: str, args) -> None:
-    """Apply `bertkit.threads.choose_threads`; `args.threads` becomes the count. The choice is
-    reported when it was made here (a count the user fixed is not repeated back)."""
+def _refused_line(name: str, e, again: str) -> str:
+    """`bertkit NAME: error: PATH: no space left on device; kept ...; continue with: COMMAND`."""
+    kept = f"; kept {e.kept}" if getattr(e, "kept", None) else ""
+    return f"bertkit {name}: error: {e.filename}: {e.strerror}{kept}; continue with: {again}"
+
+
+def _continuing(name: str, argv: list[str], resumable: bool) -> str:
+    """The command line that continues this one: itself, with --resume (and without --overwrite,
+    which would start again) where the command has it."""
+    import shlex
+
+    words = ["bertkit", name, *argv]
+    if resumable:
+        words = [w for w in words if w != "--overwrite"] + ([] if "--resume" in words else ["--resume"])
+    return shlex.join(words)
+
+
+def _threads(name: str, args) -> str | None:
+    """Apply `bertkit.threads.choose_threads`; `args.threads` becomes the count. The line that
+    reports the choice when it was made here (a count the user fixed is not repeated back)."""
     from bertkit.threads import apply_threads, choose_threads
 
     threads = choose_threads(args.threads, server=name == "serve")
     apply_threads(threads)
     args.threads = threads.count
-    if threads.chosen:
-        print(f"bertkit {name}: {threads.line()}", file=sys.stderr, flush=True)
+    return threads.line() if threads.chosen else None
+
+
+def _leftovers(args) -> list[str]:
+    """Notes on what a stopped run left beside the output path, which `bertkit.io.remove_leftovers`
+    clears (the command's own temporary names only)."""
+    from bertkit.io import remove_leftovers
+
+    out = getattr(args, "out", None)
+    return [f"note: {line}" for line in remove_leftovers(out)] if isinstance(out, str) and out else []
+
+
+class Notice:
+    """Lines for stderr that wait for the command's first output (on stdout or stderr), so that a
+    mistake found before any work is the only line; dropped when none comes."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.lines, self._streams, self._proxies = prefix, [], None, ()
+
+    def add(self, *lines: str | None) -> None:
+        self.lines += [line for line in lines if line]
+
+    def __enter__(self):
+        if self.lines:
+            self._streams = (sys.stdout, sys.stderr)
+            # Held here until the command ends: print() borrows sys.stdout, and a stream it is
+            # writing to must outlive the write that puts the real one back.
+            self._proxies = (_FirstWrite(sys.stdout, self), _FirstWrite(sys.stderr, self))
+            sys.stdout, sys.stderr = self._proxies
+        return self
+
+    def flush(self) -> None:
+        """Print the lines now (the first output is about to be written), once."""
+        if self._streams is not None:
+            streams, self._streams = self._streams, None
+            sys.stdout, sys.stderr = streams
+            streams[1].write("".join(f"{self.prefix}{line}\n" for line in self.lines))
+            streams[1].flush()
+
+    def __exit__(self, kind, error, trace):
+        if self._streams is not None:  # nothing was written: the lines go (a mistake stays one line)
+            sys.stdout, sys.stderr = self._streams
+            self._streams = None
+
+
+class _FirstWrite:
+    """A stream that lets `notice` print first, then is itself (every other attribute passes through)."""
+
+    def __init__(self, stream, notice: Notice):
+        self._stream, self._notice = stream, notice
+
+    def write(self, text: str) -> int:
+        if text:
+            self._notice.flush()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 From one corpus and one vocabulary it pretrains every variant (MLM + NSP, no NSP, LTR, model
 sizes, masking rules) with the same data and steps, fine-tunes or probes each on MRPC, SST-2,
 SQuAD and CoNLL-2003 with every seed, and writes OUT/report.md, report.json and a PNG per table,
-beside the paper's figures. Every cell is resumable: the same command again skips what is done.
+beside the paper's figures; `--scale cpu-curve` runs Table 5 along a compute axis instead (each
+objective at three budgets of equal FLOPs, on SST-2, SQuAD, CoNLL-2003 and STS-B, with a PNG per
+task of its score against pretraining FLOPs). Every cell is resumable: the same command again skips
+what is done.
 `--plan-only` lists the cells and the estimated time without running anything. Before a full
 run, in the same folder: `--tune-lr` (each objective's lr on short pretrainings) and
 `--check-tasks` (the reference's fine-tunings against each task's majority class).
@@ -16,6 +19,7 @@ import os
 import shlex
 from pathlib import Path
 
+from bertkit.ablate.tables import TASKS
 from bertkit.cli.args import (
     add_report_to,
     check_report_to,
@@ -52,11 +56,16 @@ def add_arguments(parser) -> None:
     a("--corpus", nargs="+", type=existing_path, metavar="PATH",
       help="pretraining text: files or folders (.txt, .gz, .xz); the vocabulary is learned from it too")
     a("--out", required=True, help="the ablation's folder: report.md, report.json, PNGs, work/ (rerun to continue)")
-    a("--scale", type=_scale, default="cpu-small", help="tiny (tests), cpu-small (2 cores, ~3 h) or gpu (one H200)")
+    a("--scale", type=_scale, default="cpu-small",
+      help="tiny (tests), cpu-small (2 cores, ~3 h), cpu-curve (Table 5 at three compute budgets, 2 cores, ~6 h) "
+           "or gpu (one H200)")
     a("--seeds", type=comma_ints(low=0, unique=True), default="1,2,3", help="fine-tuning seeds, comma-separated")
-    a("--tasks", type=_names, default=None, help="comma-separated subset of mrpc,sst2,squad,conll (default: all)")
+    a("--tasks", type=_names, default=None,
+      help=f"comma-separated subset of {','.join(TASKS)} (default: every task of the chosen tables)")
     a("--only", type=_names, default=None,
-      help="comma-separated tables (t5,t5-time,t6,t7,t8) or rows (t5-ltr, t8-100-0-0, ...) to run (default: all)")
+      help="comma-separated tables (t5,t5-time,t6,t7,t8; t5-curve at a scale with a compute curve) or rows "
+           "(t5-ltr, t8-100-0-0, t5-curve-ltr-x3, ...) to run (default: the scale's tables: the paper's, or "
+           "cpu-curve's t5-curve)")
     a("--data-dir", type=existing_dir, default=None,
       help="the shared task data (glue/, squad/, ner/ as in ../shared/data; default $BERTKIT_SHARED/data, "
            "else ../shared/data)")

@@ -12,6 +12,7 @@ checks of an output, which depend on `--overwrite`, run once parsing is done
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -64,6 +65,18 @@ def float_in(low: float, high: float, low_open: bool = False, high_open: bool = 
             raise argparse.ArgumentTypeError(f"must be {bound}, not {value:g}")
         return value
     parse.__name__ = "number"
+    return parse
+
+
+def ranged(allowed):
+    """An argparse type for a number in a declared `Range` (bertkit.pretrain.setup): the field's own
+    bounds, in the words its config check uses."""
+    def parse(text: str):
+        value = _number(text, int if allowed.integer else float)
+        if not allowed.allows(value):
+            raise argparse.ArgumentTypeError(f"must be {allowed.describe()}, not {value:g}")
+        return value
+    parse.__name__ = "integer" if allowed.integer else "number"
     return parse
 
 
@@ -167,6 +180,20 @@ def json_object(text: str) -> dict:
     return value
 
 
+def add_field_flags(parser, cls: type, names: tuple[str, ...]) -> None:
+    """A flag for each named field of the dataclass `cls`, from the field itself: --field-name, its
+    default, and its metadata's help (and `low`, an integer's least value; a False default is a
+    switch). The option is declared once, with its resume rule beside it."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in names:
+        field, flag = fields[name], "--" + name.replace("_", "-")
+        if field.default is False:
+            parser.add_argument(flag, action="store_true", help=field.metadata["help"])
+        else:
+            parser.add_argument(flag, type=int_at_least(field.metadata["low"]), default=field.default, metavar="N",
+                                help=field.metadata["help"])
+
+
 # ---- long inputs (bertkit.long_inputs) ----
 def add_long_inputs(parser, default: str = "truncate", aggregate: bool = False, chunks: bool = False) -> None:
     """`--long-inputs truncate|windows` and `--window-stride N` (with `--aggregate mean|max` for
@@ -266,6 +293,26 @@ def check_output_file(path: str | os.PathLike, flag: str = "--out", overwrite: b
     if path.exists() and not overwrite:
         raise UserError(f"exists; pass --overwrite to replace it, or choose another {flag}", path)
     _check_parent(path)
+
+
+def check_resumable_dir(args, markers: tuple[str, ...], what: str, describe=None) -> None:
+    """`--out` of a command that keeps its unfinished output beside it (`io.partial_dir`): --resume
+    continues it (and is refused when OUT holds a finished result instead), --overwrite discards
+    it, and without either it is refused, saying what it holds (`describe(out)`, by default a
+    fine-tuning run's `finetune.resume.describe`)."""
+    if describe is None:
+        from bertkit.finetune.resume import describe
+
+    unfinished = describe(args.out)
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues a run and --overwrite starts it again: give one")
+    if args.resume and unfinished is not None:
+        return
+    if args.resume and Path(args.out).is_dir() and any((Path(args.out) / m).exists() for m in markers):
+        raise UserError(f"holds a finished {what}: nothing to resume (--overwrite runs it again)", args.out)
+    if unfinished is not None and not args.overwrite:
+        raise UserError(f"{unfinished}; pass --resume to continue it, or --overwrite to start again", args.out)
+    check_output_dir(args.out, "--out", args.overwrite, markers, what)
 
 
 def check_output_dir(path: str | os.PathLike, flag: str = "--out", overwrite: bool = False,

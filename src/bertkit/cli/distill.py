@@ -9,7 +9,8 @@ it is given (`--student DIR`), starts from the teacher's every k-th layer.
 
 Writes into OUT what `bertkit finetune` writes (model/ in HF format with vocabulary, results.json,
 predictions, plots) plus distill.json (teacher and student dev scores, sizes, the layers copied);
-built under a temporary name, so a failed run leaves nothing; --overwrite replaces a previous result.
+built in `.OUT.partial` beside it, so a stopped run keeps its checkpoint there for --resume (as
+`bertkit finetune`); --overwrite replaces a previous result.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.cli.args import (
+    add_field_flags,
     add_overwrite,
     add_report_to,
-    check_output_dir,
     check_report_to,
+    check_resumable_dir,
     comma_ints,
     device_name,
     existing_file,
@@ -39,6 +41,7 @@ RESULT_MARKERS = ("distill.json", "results.json", "model")
 def add_arguments(parser) -> None:
     from bertkit.config import PRESETS
     from bertkit.distill.run import SPECIAL_TASKS
+    from bertkit.finetune.hyper import FLAGS, Hyper
     from bertkit.finetune.registry import TASKS
 
     a = parser.add_argument
@@ -83,6 +86,7 @@ def add_arguments(parser) -> None:
     a("--eval-batch-size", type=positive_int, default=64, help="inputs per forward pass when evaluating")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
     add_report_to(parser, "OUT/tensorboard/seedN")
+    add_field_flags(parser, Hyper, FLAGS)
 
 
 def check(args) -> None:
@@ -106,19 +110,19 @@ def check(args) -> None:
         raise UserError("--teacher-layers applies to --student-preset only (--student has its own weights)")
     if args.pooling != "mean" and args.task != "embedding":
         raise UserError("--pooling applies to --task embedding only")
-    check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "distillation result")
+    check_resumable_dir(args, RESULT_MARKERS, "distillation result")
     check_report_to(args)
 
 
 def job_from_args(args):
     from bertkit.distill.losses import DistillWeights
     from bertkit.distill.run import DistillJob
-    from bertkit.finetune.loop import Hyper
+    from bertkit.finetune.hyper import Hyper
 
     weights = DistillWeights(args.temperature, args.soft_weight, args.hard_weight, args.cosine_weight,
                              args.mse_weight)
     hp = Hyper(args.epochs, args.lr, args.batch_size, args.warmup, args.weight_decay, seeds=(args.seed,),
-               group_by_length=args.group_by_length)
+               group_by_length=args.group_by_length, save_every=args.save_every, resume=args.resume)
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
     return DistillJob(
         teacher=args.teacher, task=args.task, train=list(args.train), out=args.out, dev=args.dev,
@@ -131,8 +135,14 @@ def job_from_args(args):
 
 def run(args) -> int:
     from bertkit.distill.run import run_distill
+    from bertkit.train.stop import Stopped
 
-    results = run_distill(job_from_args(args), log=lambda line: print(line, flush=True), args=dict(vars(args)))
+    try:  # the run's arguments, as its model card and results record them: --resume is how, not what
+        results = run_distill(job_from_args(args), log=lambda line: print(line, flush=True),
+                              args={k: v for k, v in vars(args).items() if k != "resume"})
+    except Stopped as e:
+        print(e, flush=True)
+        return e.exit_code
     d = results["distill"]
     main = d["main_metric"]
     teacher, student = d["teacher_dev"].get(main, float("nan")), d["student_dev"].get(main, float("nan"))

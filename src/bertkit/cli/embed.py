@@ -7,6 +7,11 @@ vectors are averaged by their token counts (then normalised when the vectors are
 stderr says how many and what was done (`bertkit.long_inputs`). Without --pooling, the
 directory's sentence-transformers files choose the pooling and the normalisation (as `serve`
 reads them); a directory without them needs --pooling.
+
+With --shards, --out is a folder and --input a corpus: files, folders and glob patterns of
+text, JSONL and Parquet files, embedded into a folder of shards with a manifest
+(`bertkit.corpus`), in this process or with --engine ray on a Ray cluster. A rerun of the same
+command keeps every intact shard and embeds the rest; each shard is checked by its SHA-256.
 """
 
 from __future__ import annotations
@@ -23,19 +28,21 @@ from bertkit.cli.args import (
     check_precision,
     comma_ints,
     device_name,
-    existing_file,
     int_between,
     long_policy,
     model_dir,
     positive_int,
 )
+from bertkit.cli.embed_corpus import add_corpus_arguments, check_corpus, corpus_input, is_corpus, run_corpus
 from bertkit.errors import UserError
 
 
 def add_arguments(parser) -> None:
     a = parser.add_argument
     a("--model", required=True, type=model_dir, help="model directory (config.json, weights, vocab.txt); any head")
-    a("--input", required=True, type=existing_file, help="text file (.txt/.gz/.xz), one sentence per line")
+    a("--input", required=True, nargs="+", type=corpus_input, metavar="PATH",
+      help="a text file (.txt/.gz/.xz), one sentence per line; with --shards, a corpus: files, folders and glob "
+           "patterns of text, .jsonl (_id/id, title, text) and .parquet (text; id, title) files")
     a("--pooling", choices=("cls", "mean", "max"),
       help="[CLS] vector, or mean / max over the real tokens (default: the pooling the directory's "
            "1_Pooling/config.json declares, normalised when its modules.json ends in Normalize)")
@@ -45,12 +52,15 @@ def add_arguments(parser) -> None:
     a("--normalize", action="store_true",
       help="scale every vector to unit length (without --pooling: also when the directory's modules end in Normalize)")
     a("--batch-size", type=positive_int, default=32, help="texts per forward pass")
-    a("--max-length", type=int_between(3, 65535), default=512,
-      help="longest text (or window) in tokens, at most the model's positions; longer is cut or read in windows")
+    a("--max-length", type=int_between(3, 65535), default=None,
+      help="longest text (or window) in tokens, at most the model's positions (default: all of them, 512 for BERT, "
+           "8,192 for ModernBERT); longer is cut or read in windows")
     add_long_inputs(parser)
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    a("--out", required=True, help="output .npy file, written atomically")
-    add_overwrite(parser, "file")
+    a("--out", required=True,
+      help="output .npy file (row i = line i), written atomically; with --shards, a folder of shards")
+    add_overwrite(parser, "file, or the shards of another run")
+    add_corpus_arguments(parser)
     a("--int8", action="store_true",
       help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster, slightly different vectors; "
            "with --backend onnx, run the export's int8 graph")
@@ -63,7 +73,9 @@ def check(args) -> None:
     from bertkit.export import check_backend
 
     check_long_inputs(args)
-    check_output_file(args.out, "--out", args.overwrite)
+    check_corpus(args)
+    if not is_corpus(args):
+        check_output_file(args.out, "--out", args.overwrite)
     check_backend(args.model, args.backend)
     if args.pooling is None:
         from bertkit.st import declared_pooling, model_normalizes
@@ -94,7 +106,9 @@ def _read_sentences(path: Path) -> list[str]:
 
 
 def run(args) -> int:
-    sentences = _read_sentences(Path(args.input))  # before torch is imported: a bad file is reported at once
+    if is_corpus(args):
+        return run_corpus(args)
+    sentences = _read_sentences(Path(args.input[0]))  # before torch is imported: a bad file is reported at once
     import numpy as np
 
     from bertkit.devices import inference_precision, resolve_device
@@ -109,8 +123,10 @@ def run(args) -> int:
     model, tokenizer = load_encoder_for(args.model, args.backend, args.int8)
     report: dict = {}
     vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=args.layers, combine=args.combine,
-                          normalize=args.normalize, batch_size=args.batch_size, max_length=args.max_length,
-                          device=device, report=report, precision=precision, policy=long_policy(args))
+                          normalize=args.normalize, batch_size=args.batch_size,
+                          max_length=args.max_length or model.config.max_tokens,
+                          device=device, report=report, precision=precision, policy=long_policy(args),
+                          progress=not args.no_progress)
     note_long("embed", report, "each text's chunk vectors averaged by their token counts")
     # np.save appends ".npy" to a bare name; through an open handle the name stays as given
     with atomic_path(args.out) as tmp, open(tmp, "wb") as f:

@@ -47,7 +47,7 @@ def add_arguments(parser) -> None:
     a("--layers", type=comma_ints(), default="-4,-3,-2,-1",
       help="comma-separated hidden-state indices (0 embeddings, -1 last layer)")
     a("--combine", choices=("concat", "sum"), default="concat", help="layers side by side, or their sum")
-    a("--max-length", type=int_between(2, 512), default=128,
+    a("--max-length", type=int_between(2, 65535), default=128,
       help="tokens per sentence (or window), [CLS]/[SEP] included, at most the model's positions; longer is cut "
            "or read in windows")
     add_long_inputs(parser)
@@ -56,7 +56,13 @@ def add_arguments(parser) -> None:
 
 
 def check(args) -> None:
+    from bertkit.hf import load_config
+
     check_long_inputs(args)
+    limit = load_config(args.model).max_tokens  # 512 for BERT, 8,192 for ModernBERT
+    if args.max_length > limit:
+        raise UserError(f"--max-length {args.max_length} exceeds the model's {limit} positions "
+                        f"(--long-inputs windows reads longer sentences in windows)")
     if Path(args.out).suffix != ".npz":
         raise UserError("output must end in .npz", args.out)
     check_output_file(args.out, "--out", args.overwrite)

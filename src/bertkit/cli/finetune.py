@@ -14,8 +14,9 @@ results.json (each seed's dev metrics per epoch and at every evaluation: step, e
 since the previous one; median and standard deviation, time, options),
 predictions.tsv|.json|.conll (that model's dev predictions: GLUE submission layout, SQuAD
 {id: answer}, CoNLL `token gold predicted`), train_loss.png and dev_<metric>.png. OUT is built
-under a hidden temporary name and appears when the run ends, so a failed or interrupted run
-leaves nothing behind; a previous result in OUT is replaced only with --overwrite.
+in `.OUT.partial` beside it and appears when the run ends (a previous result in OUT is replaced
+only with --overwrite, and only then); a stopped, killed or failed run keeps its finished seeds
+and the running seed's newest checkpoint there (--save-every), and --resume continues it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.cli.args import (
+    add_field_flags,
     add_long_inputs,
     add_overwrite,
     add_report_to,
     check_long_inputs,
-    check_output_dir,
     check_report_to,
+    check_resumable_dir,
     comma_ints,
     device_name,
     existing_file,
@@ -63,7 +65,8 @@ def pos_weight_arg(text: str) -> float | str:
     return positive_float(text)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser, resume: bool = True) -> None:
+    """`resume`: also --save-every and --resume (`bertkit tune` continues its study without them)."""
     from bertkit.finetune.registry import TASKS
 
     a = parser.add_argument
@@ -114,6 +117,10 @@ def add_arguments(parser) -> None:
     add_long_inputs(parser, aggregate=True)
     _add_pair_arguments(parser)
     _add_label_and_best_arguments(parser)
+    if resume:
+        from bertkit.finetune.hyper import FLAGS, Hyper
+
+        add_field_flags(parser, Hyper, FLAGS)
 
 
 def _add_label_and_best_arguments(parser) -> None:
@@ -168,7 +175,7 @@ def _add_pair_arguments(parser) -> None:
 def check(args) -> None:
     """What needs several flags or the file system; every single flag was checked when parsed."""
     check_job(args)
-    check_output_dir(args.out, "--out", args.overwrite, RESULT_MARKERS, "fine-tuning result")
+    check_resumable_dir(args, RESULT_MARKERS, "fine-tuning result")
     check_report_to(args)
 
 
@@ -227,14 +234,15 @@ def _tasks_with(has) -> str:
 
 def job_from_args(args):
     """The FinetuneJob the command line asks for (after `check`)."""
-    from bertkit.finetune.loop import Hyper
+    from bertkit.finetune.hyper import Hyper
     from bertkit.finetune.run import FinetuneJob
 
     lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
     hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, args.max_grad_norm,
                seeds=args.seeds, group_by_length=args.group_by_length,
                classifier_dropout=args.classifier_dropout, eval_every=args.eval_every, adam_eps=args.adam_eps,
-               early_stopping=args.early_stopping, metric_for_best=args.metric_for_best)
+               early_stopping=args.early_stopping, metric_for_best=args.metric_for_best,
+               save_every=getattr(args, "save_every", None), resume=getattr(args, "resume", False))
     from bertkit.finetune.registry import TASKS
 
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None
@@ -250,9 +258,14 @@ def job_from_args(args):
 
 def run(args, new_model=None) -> int:
     from bertkit.finetune.run import run_job
+    from bertkit.train.stop import Stopped
 
-    results = run_job(job_from_args(args), log=lambda line: print(line, flush=True), new_model=new_model,
-                      args=dict(vars(args)))
+    try:  # the run's arguments, as its model card and results record them: --resume is how, not what
+        results = run_job(job_from_args(args), log=lambda line: print(line, flush=True), new_model=new_model,
+                          args={k: v for k, v in vars(args).items() if k != "resume"})
+    except Stopped as e:
+        print(e, flush=True)
+        return e.exit_code
     _print_summary(results, Path(args.out))
     return 0
 

@@ -30,7 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-seq-len", type=int_between(8, 65535), default=defaults.max_seq_len,
                         help="tokens per instance, [CLS] and [SEP]s included")
     parser.add_argument("--format", choices=FORMATS, default=defaults.format,
-                        help="nsp: BERT's sentence pairs with NSP labels; packed: RoBERTa's full sentences")
+                        help="nsp: BERT's sentence pairs with NSP labels; packed: RoBERTa's full sentences; sop: "
+                             "ALBERT's sentence-order pairs (B follows A, swapped half the time)")
     parser.add_argument("--out", required=True, metavar="DATA_DIR", help="output folder")
     add_overwrite(parser, "prepared data folder")
     parser.add_argument("--val-fraction", type=float_in(0.0, 1.0, high_open=True), default=defaults.val_fraction,

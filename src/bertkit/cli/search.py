@@ -26,6 +26,9 @@ def add_arguments(parser) -> None:
     a("--candidates", type=int_between(1, 10_000), default=None,
       help="with --rerank: first-stage hits the cross-encoder reads (100 when not given)")
     a("--exact", action="store_true", help="score every stored vector, even where the index has a graph")
+    a("--in-memory", action="store_true",
+      help="read the vectors and graph(s) into memory (default: memory-mapped, read from disk as queries need them, "
+           "so an index larger than memory is searched too)")
     a("--model", type=model_dir, default=None, help="the index's model, if it moved (default: the path it recorded)")
     a("--batch-size", type=positive_int, default=32, help="pairs per cross-encoder forward pass")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
@@ -64,13 +67,14 @@ def run(args) -> int:
         raise UserError(f"the index's model {model} is gone; pass --model DIR", Path(args.index) / "meta.json")
     device = resolve_device(args.device)
     encoder = Encoder.load(model, meta["pooling"], meta["max_length"], device=device,
+                           backend=meta.get("backend", "torch"), int8=meta.get("int8", False),
                            policy=Policy.from_settings(meta))
     reranker = None
     if args.rerank:
         from bertkit.search.rerank import Reranker
 
         reranker = Reranker(args.rerank, args.batch_size, device=device)
-    index = SearchIndex(args.index)
+    index = SearchIndex(args.index, in_memory=args.in_memory)
     first = args.candidates if reranker else args.k
     report: dict = {}
     positions, scores = index.search(encoder.encode(args.query, report=report), first, exact=args.exact)

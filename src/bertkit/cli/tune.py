@@ -18,12 +18,20 @@ import importlib.util
 from pathlib import Path
 
 from bertkit.cli import finetune
-from bertkit.cli.args import check_output_dir, nonnegative_float, nonnegative_int, positive_float, positive_int
+from bertkit.cli.args import (
+    add_field_flags,
+    check_output_dir,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 from bertkit.errors import UserError
 
 SEARCHED_FLAGS = ("--lr", "--epochs", "--batch-size", "--warmup", "--weight-decay")
 TUNE_ONLY = ("trials", "timeout", "search", "prune_startup", "prune_warmup")  # not `bertkit finetune` flags
-NOT_SETTINGS = ("out", "overwrite", "threads", "no_progress", "trials", "timeout", "prune_startup", "prune_warmup")
+NOT_SETTINGS = ("out", "overwrite", "threads", "no_progress", "trials", "timeout", "prune_startup", "prune_warmup",
+                "save_every")
 
 
 def _redefine(parser, flag: str, **changes) -> None:
@@ -34,9 +42,11 @@ def _redefine(parser, flag: str, **changes) -> None:
 
 
 def add_arguments(parser) -> None:
+    from bertkit.finetune.hyper import Hyper
     from bertkit.finetune.search_space import DEFAULT_SEARCH, parse_search
 
-    finetune.add_arguments(parser)
+    finetune.add_arguments(parser, resume=False)  # the same command again continues a study
+    add_field_flags(parser, Hyper, ("save_every",))
     for flag in SEARCHED_FLAGS:
         name = flag[2:]
         _redefine(parser, flag, default=None, help=f"fix {name} at this value instead of searching it (--search)")
@@ -98,7 +108,13 @@ def run(args) -> int:
     tj = TuneJob(job=finetune.job_from_args(args), space=space, trials=args.trials, timeout=args.timeout,
                  metric=args.metric_for_best, seed=args.seeds[0], prune_startup=args.prune_startup,
                  prune_warmup=args.prune_warmup, overwrite=args.overwrite, settings=settings, finetune_args=flags)
-    best = run_study(tj, log=lambda line: print(line, flush=True))
+    from bertkit.train.stop import Stopped
+
+    try:
+        best = run_study(tj, log=lambda line: print(line, flush=True))
+    except Stopped as e:
+        print(e, flush=True)
+        return e.exit_code
     out = Path(args.out)
     if not best:
         print(f"no trial completed; the study is in {out / 'study.db'}, its trials in {out / 'trials.json'}")

@@ -14,6 +14,11 @@ segment, at a randomly chosen end. Two deliberate differences from Google:
   has to be NotNext; that IsNext is owed and repaid at the next NotNext draw that could be
   IsNext, so the labels stay balanced.
 
+`sop` is ALBERT's sentence-order prediction (Lan et al. 2020): the same chunks as `nsp`, but B is
+always A's true continuation in the same document, and half the time the two are swapped (label
+1, swapped; 0, in order), so the model must learn order and coherence rather than topic. A
+chunk of one sentence (a one-sentence document) is split in the middle of its tokens.
+
 `packed` is RoBERTa's FULL-SENTENCES: whole sentences back to back, crossing document boundaries
 with an extra [SEP] between documents, up to max_seq_len - 2 tokens in [CLS] ... [SEP]; a
 sentence longer than that is cut into pieces. No NSP label.
@@ -32,6 +37,7 @@ from bertkit.data.shards import InstanceWriter, TokenStore
 
 NO_LABEL = -1  # NSP label of packed instances
 IS_NEXT, NOT_NEXT = 0, 1  # transformers' convention for next_sentence_label
+IN_ORDER, SWAPPED = 0, 1  # sentence-order labels (transformers' AlbertForPreTraining: sentence_order_label)
 
 
 class _Corpus:
@@ -126,6 +132,49 @@ def build_nsp(store: TokenStore, documents: np.ndarray, writer: InstanceWriter, 
               short_seq_prob: float, dupe_factor: int, seed: int, cls_id: int, sep_id: int,
               desc: str = "instances") -> None:
     """Sentence-pair instances with NSP labels for `documents`, written to `writer`."""
+    _pairs(_NspBuilder, store, documents, writer, max_seq_len, short_seq_prob, dupe_factor, seed, cls_id, sep_id,
+           desc)
+
+
+class _SopBuilder(_NspBuilder):
+    """ALBERT's pairs: consecutive spans of one document, swapped half the time."""
+
+    def document(self, d: int) -> None:
+        bounds, rng = self.corpus.bounds, self.rng
+        s0, s1 = self.corpus.sentences_of(d)
+        target = self._target()
+        chunk_start, i = s0, s0
+        while i < s1:
+            if i < s1 - 1 and bounds[i + 1] - bounds[chunk_start] < target:
+                i += 1
+                continue
+            start, end = int(bounds[chunk_start]), int(bounds[i + 1])
+            if i > chunk_start:  # split between sentences
+                cut = int(bounds[rng.randint(chunk_start + 1, i)])
+            elif end - start >= 2:  # one sentence: split inside it
+                cut = (start + end) // 2
+            else:
+                chunk_start = i = i + 1
+                continue
+            a, b = [start, cut], [cut, end]
+            _truncate_pair(a, b, self.max_tokens, rng)
+            swapped = rng.random() < 0.5
+            self.emit(b, a, SWAPPED) if swapped else self.emit(a, b, IN_ORDER)
+            chunk_start = i = i + 1
+            target = self._target()
+
+
+def build_sop(store: TokenStore, documents: np.ndarray, writer: InstanceWriter, *, max_seq_len: int,
+              short_seq_prob: float, dupe_factor: int, seed: int, cls_id: int, sep_id: int,
+              desc: str = "instances") -> None:
+    """Sentence-order instances for `documents`: [CLS] A [SEP] B [SEP], B A's continuation, swapped
+    half the time (label SWAPPED), written to `writer`."""
+    _pairs(_SopBuilder, store, documents, writer, max_seq_len, short_seq_prob, dupe_factor, seed, cls_id, sep_id,
+           desc)
+
+
+def _pairs(builder_class, store, documents, writer, max_seq_len, short_seq_prob, dupe_factor, seed, cls_id, sep_id,
+           desc) -> None:
     corpus = _Corpus(store, documents)
     order_rng = np.random.default_rng(seed)
     tokens = corpus.tokens
@@ -135,7 +184,7 @@ def build_nsp(store: TokenStore, documents: np.ndarray, writer: InstanceWriter, 
         ids = np.concatenate((cls, tokens[a[0]:a[1]], sep, tokens[b[0]:b[1]], sep))
         writer.add(ids, a_length=a[1] - a[0] + 2, label=label)
 
-    builder = _NspBuilder(corpus, max_seq_len, short_seq_prob, random.Random(seed), emit)
+    builder = builder_class(corpus, max_seq_len, short_seq_prob, random.Random(seed), emit)
     with tqdm(total=len(documents) * dupe_factor, desc=desc, unit="doc", mininterval=2.0) as bar:
         for _ in range(dupe_factor):
             for d in order_rng.permutation(documents):

@@ -29,8 +29,8 @@ def read_manifest(data_dir: str | Path) -> dict:
         raise UserError(f"manifest lacks {', '.join(missing)}", path)
     if manifest.get("version", MANIFEST_VERSION) > MANIFEST_VERSION:
         raise UserError(f"manifest version {manifest['version']} is newer than this bertkit reads", path)
-    if manifest["format"] not in ("nsp", "packed"):
-        raise UserError(f"unknown format {manifest['format']!r} (expected nsp or packed)", path)
+    if manifest["format"] not in ("nsp", "packed", "sop"):
+        raise UserError(f"unknown format {manifest['format']!r} (expected nsp, packed or sop)", path)
     return manifest
 
 

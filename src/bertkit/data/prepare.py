@@ -29,13 +29,14 @@ from bertkit.errors import UserError
 from bertkit.io import atomic_dir, expand_inputs, text_files
 
 SENTENCES_PER_BATCH = 8192  # sentences per encode_batch call: bounded memory, enough to parallelise
-FORMATS = ("nsp", "packed")
+FORMATS = ("nsp", "packed", "sop")
 
 
 @dataclass(frozen=True)
 class PrepareOptions:
     max_seq_len: int = 128  # tokens per instance, [CLS] and [SEP]s included
-    format: str = "nsp"  # "nsp": BERT's sentence pairs with NSP labels; "packed": RoBERTa's full sentences
+    format: str = "nsp"  # "nsp": BERT's sentence pairs with NSP labels; "packed": RoBERTa's full sentences;
+    # "sop": ALBERT's sentence-order pairs
     val_fraction: float = 0.01  # share of documents held out
     seed: int = 12345
     short_seq_prob: float = 0.1  # nsp: chance of a shorter target length
@@ -162,15 +163,16 @@ def choose_validation(n_documents: int, fraction: float, seed: int) -> np.ndarra
 
 def _build_split(name: str, documents: np.ndarray, store, out: Path, options: PrepareOptions, tokenizer,
                  dtype, seed: int) -> dict:
-    from bertkit.data.instances import build_nsp, build_packed
+    from bertkit.data.instances import build_nsp, build_packed, build_sop
     from bertkit.data.shards import InstanceWriter
 
     writer = InstanceWriter(out / name, options.max_seq_len, dtype, tokenizer.pad_id, np.random.default_rng(seed))
     common = dict(max_seq_len=options.max_seq_len, dupe_factor=options.dupe_factor, seed=seed,
                   cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, desc=f"{name} instances")
     if len(documents):
-        if options.format == "nsp":
-            build_nsp(store, documents, writer, short_seq_prob=options.short_seq_prob, **common)
+        if options.format in ("nsp", "sop"):
+            build = build_nsp if options.format == "nsp" else build_sop
+            build(store, documents, writer, short_seq_prob=options.short_seq_prob, **common)
         else:
             build_packed(store, documents, writer, **common)
     shards = writer.close()

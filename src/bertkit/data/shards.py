@@ -216,6 +216,6 @@ class PretrainingDataset:
             "token_type_ids": torch.from_numpy(types.astype(np.int64)),
             "attention_mask": torch.from_numpy(attention.astype(np.int64)),
         }
-        if self.format == "nsp":
+        if self.format in ("nsp", "sop"):  # the pair's label: next sentence, or sentence order
             out["next_sentence_label"] = torch.from_numpy(np.ascontiguousarray(label))
         return out

@@ -75,8 +75,10 @@ def label_budget_table(features: dict, train_y, test_y, budgets, draws: int, see
     return rows
 
 
-def article_features(model, tokenizer, texts: list[str], max_len: int) -> np.ndarray:
-    """(N, C): each article's first `max_len` tokens, mean-pooled over the last layer."""
+def article_features(model, tokenizer, texts: list[str], max_len: int, precision: str = "fp32") -> np.ndarray:
+    """(N, C): each article's first `max_len` tokens, mean-pooled over the last layer (`precision`
+    "bf16": under bf16 autocast)."""
     from bertkit.embed import embed_texts
 
-    return embed_texts(model, tokenizer, texts, pooling="mean", max_length=max_len, batch_size=32)
+    return embed_texts(model, tokenizer, texts, pooling="mean", max_length=max_len, batch_size=32,
+                       precision=precision)

@@ -28,6 +28,36 @@ FIXED_SECONDS = {"fill-mask": 5.0, "senses": 10.0, "labels": 10.0, "summary": 3.
 MARGIN_SECONDS = 15.0
 
 
+# On a slow or busy CPU the demo's shape learns too little in its minutes: measured on an AVX2
+# fp32 core at equal time (docs/results/pretrain-levers/), the tiny preset's 2 x 128 reached 15%
+# validation MLM accuracy in ten Zen 1 minutes where a 2 x 64 model, 2.4x cheaper a step, reached
+# 20% and left the plateau. Below this many tiny steps in its budget the demo takes the narrow shape.
+NARROW_BELOW_STEPS = 3000
+NARROW = {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256}  # ~0.6M parameters + vocabulary
+
+
+@dataclass
+class Machine:
+    """What the demo measured of this machine before it planned (`demo.run.measure_machine`)."""
+
+    cpu: str  # lscpu's model name, or the platform's
+    bf16: bool  # bf16 kernels in hardware, and PyTorch allowed to use them
+    threads: int  # threads the demo's pretraining uses
+    step_seconds: float  # one pretraining step of the tiny preset at the demo's shape, measured now
+    minilm_seconds: float  # all-MiniLM-L6-v2 on one article, one thread, measured now
+    slowdown: float  # minilm_seconds against the quiet reference machine's
+
+
+@dataclass
+class Choices:
+    """What the demo chose for this machine and why: the model shape's overrides, the side
+    process's precision for all-MiniLM-L6-v2, and one line of reasons each."""
+
+    overrides: dict
+    side_precision: str  # "fp32", "bf16" or "int8"
+    reasons: list[str]
+
+
 @dataclass
 class DemoPlan:
     """What the demo runs; `minutes` is the whole demo's budget."""
@@ -48,6 +78,7 @@ class DemoPlan:
     probe_max_len: int = 128  # tokens of each article the probe's encoders read
     threads: int | None = None  # None: choose_threads()
     objective: str = "mlm"  # pretraining: "mlm", or "electra" (replaced-token detection)
+    shape: str = "auto"  # "auto": by the machine (`choose`); "tiny": the preset as it is; "narrow": NARROW
     seed: int = 0
 
     def later_seconds(self, articles: int, slowdown: float = 1.0) -> dict[str, float]:
@@ -59,6 +90,25 @@ class DemoPlan:
                 "senses": FIXED_SECONDS["senses"],
                 "labels": FIXED_SECONDS["labels"] + slowdown * encode,
                 "summary": FIXED_SECONDS["summary"]}
+
+    def choose(self, machine: Machine, pretrain_seconds: float) -> Choices:
+        """The shape and side precision that keep the story on this machine (see NARROW_BELOW_STEPS),
+        each with its reason; `shape` "auto" decides by the steps the budget buys, "tiny" or
+        "narrow" force one."""
+        steps = pretrain_seconds / max(machine.step_seconds, 1e-9)
+        reasons = [f"{machine.cpu}: {'bf16' if machine.bf16 else 'fp32 (no bf16 kernels)'}, {machine.threads} "
+                   f"thread(s), a {self.preset} step {1000 * machine.step_seconds:.0f} ms: about {steps:,.0f} steps in "
+                   f"{pretrain_seconds / 60:.1f} minutes of pretraining"]
+        narrow = self.shape == "narrow" or (self.shape == "auto" and steps < NARROW_BELOW_STEPS)
+        if narrow:
+            reasons.append(f"fewer than {NARROW_BELOW_STEPS:,} steps: the narrow shape (hidden 64), 2.4x cheaper a "
+                           "step, which leaves the masked-LM plateau in that time where hidden 128 does not")
+        precision = "bf16" if machine.bf16 else ("int8" if machine.slowdown >= 1.5 else "fp32")
+        if precision == "int8":
+            reasons.append(f"all-MiniLM-L6-v2 at {1000 * machine.minilm_seconds:.0f} ms an article "
+                           f"({machine.slowdown:.1f}x the quiet machine): int8 beside pretraining, 1.6x cheaper, so it "
+                           "takes less of the pretraining's CPU (its features within cosine 0.97 of fp32's)")
+        return Choices(dict(NARROW) if narrow else {}, precision, reasons)
 
     def pretrain_seconds(self, elapsed: float, articles: int, slowdown: float = 1.0) -> float:
         """What the budget leaves for pretraining once `elapsed` seconds are spent (at least 6 s)."""

@@ -34,13 +34,14 @@ def prepare_instances(corpus: Path, vocab: Path, out: Path, max_seq_len: int, se
     prepare_corpus([corpus], vocab, out, options)
 
 
-def pretrain_model(data: Path, out: Path, preset: str, minutes: float, seed: int, objective: str = "mlm") -> Path:
-    """Pretrain `preset` on DATA for `minutes` with the budget recipe and `objective` (mlm, or
-    electra's replaced-token detection); returns the saved encoder's folder."""
+def pretrain_model(data: Path, out: Path, preset: str, minutes: float, seed: int, objective: str = "mlm",
+                   overrides: dict | None = None) -> Path:
+    """Pretrain `preset` (with the shape `overrides`) on DATA for `minutes` with the budget recipe
+    and `objective` (mlm, or electra's replaced-token detection); returns the saved encoder's folder."""
     from bertkit.pretrain import TrainConfig, pretrain
 
     cfg = TrainConfig(data=str(data), out=str(out), preset=preset, minutes=minutes, recipe="budget", seed=seed,
-                      eval_every=200, objective=objective)
+                      eval_every=200, objective=objective, config_overrides=dict(overrides or {}))
     status = pretrain(cfg)
     if status != 0:  # stopped by a signal, checkpoint saved: the demo stops with the same status
         raise SystemExit(status)
@@ -80,3 +81,36 @@ def pretraining_record(run_dir: Path) -> dict:
             elif rec.get("kind") == "train":
                 train = rec
     return {"last_validation": last, "last_train_log": train}
+
+
+def step_seconds(data: Path, preset: str, seed: int, steps: int = 3) -> float:
+    """Seconds of one budget-recipe training step of `preset` on the prepared DATA, as this machine
+    runs it now (its threads, its precision): two steps to warm up, then the mean of `steps`."""
+    import time
+
+    import numpy as np
+    import torch
+
+    from bertkit.data import PretrainingDataset
+    from bertkit.devices import resolve_precision
+    from bertkit.pretrain import TrainConfig
+    from bertkit.pretrain.build import build_model, build_objective
+    from bertkit.tokenizer import Tokenizer
+
+    cfg = TrainConfig(data=str(data), out="-", preset=preset, steps=steps, recipe="budget", seed=seed)
+    train = PretrainingDataset(data, split="train")
+    model, optimizer = build_model(cfg, train.manifest, None, torch.device("cpu"))
+    objective = build_objective(cfg, train.manifest, Tokenizer.from_pretrained(data / "tokenizer"))
+    bf16 = resolve_precision(cfg.precision, torch.device("cpu")) == "bf16"
+    batch = train.batch(np.arange(min(cfg.batch_size, len(train))))
+    times = []
+    for step in range(2 + steps):
+        began = time.perf_counter()
+        inputs = objective.prepare(batch, torch.device("cpu"), step, 0)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            sums = objective.loss_sums(model, inputs)
+        sum(sums.values()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - began)
+    return float(np.mean(times[2:]))

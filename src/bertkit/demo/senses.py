@@ -113,7 +113,7 @@ def bert_vectors(model, tokenizer, word: str, sentences: list[str]) -> np.ndarra
         pieces = [i for i, (a, b) in enumerate(enc.offsets) if b > a >= start and b <= start + len(word)]
         with torch.no_grad():
             hidden = model(torch.tensor([enc.ids])).last_hidden_state[0]  # (T, C)
-        rows.append(hidden[pieces].mean(0).numpy())
+        rows.append(hidden[pieces].float().mean(0).numpy())
     return np.stack(rows)
 
 

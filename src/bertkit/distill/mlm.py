@@ -3,7 +3,9 @@
 The task reads the instances `bertkit prepare` wrote (either format; NSP labels are not used:
 DistilBERT dropped NSP too) and masks them as pretraining does (15%, 80/10/10), fresh masks for
 every training batch and one fixed masking of the validation split, so every evaluation scores
-the same positions. Teacher and student both predict only the masked positions (the heads'
+the same positions. Training masks are drawn from torch's global generator, which the fine-tuning
+loop seeds per seed and saves in each checkpoint, so a resumed distillation masks as the
+uninterrupted one. Teacher and student both predict only the masked positions (the heads'
 sparse path), so the soft-target KL of `distill.tasks.HeadDistill` compares the same rows.
 Predictions are the student's top token per masked position; the dev score is its accuracy
 against the original tokens (x100).
@@ -30,11 +32,10 @@ class MLMTask(HeadTask):
     head = BertForMaskedLM
     sparse_outputs = True  # the heads give logits at the labelled positions only
 
-    def __init__(self, tokenizer, max_seq_len: int | None = None, mask_rate: float = 0.15, seed: int = 0):
+    def __init__(self, tokenizer, max_seq_len: int | None = None, mask_rate: float = 0.15):
         self.tokenizer = tokenizer
         self.max_seq_len = max_seq_len
         self.mask_rate = mask_rate
-        self.generator = torch.Generator().manual_seed(seed)
         self.masker = None
 
     def _read(self, path, split: str) -> list[dict]:
@@ -77,11 +78,11 @@ class MLMTask(HeadTask):
         return Prepared(examples, features, lengths)
 
     def collate(self, features: list[dict], generator: torch.Generator | None = None) -> Batch:
-        """Pad; features without labels (training) get a fresh masking from the task's generator."""
+        """Pad; features without labels (training) get a fresh masking from `generator`, by default
+        torch's global one."""
         batch = super().collate(features)
         if "labels" not in batch.targets:
-            ids, labels = self.masker(batch.inputs["input_ids"], batch.inputs["attention_mask"],
-                                      generator or self.generator)
+            ids, labels = self.masker(batch.inputs["input_ids"], batch.inputs["attention_mask"], generator)
             batch = Batch({**batch.inputs, "input_ids": ids}, {"labels": labels})
         return batch
 

@@ -19,7 +19,8 @@ from torch import nn
 
 from bertkit.distill.losses import DistillWeights
 from bertkit.errors import UserError
-from bertkit.finetune.loop import Hyper, finetune
+from bertkit.finetune.hyper import Hyper
+from bertkit.finetune.loop import finetune
 from bertkit.finetune.task import Runtime
 
 SPECIAL_TASKS = ("embedding", "mlm")  # beside every fine-tuning task of finetune.registry.TASKS
@@ -149,13 +150,25 @@ def _examples(task, job: DistillJob) -> tuple[list, list]:
     return train, dev
 
 
+# What a resumed distillation may change (its hyper-parameters carry their own rules), and the
+# flags of the settings not named --their-name.
+CHANGEABLE = ("out", "device", "eval_batch_size", "progress", "report_to")
+FLAGS = {"hyper.seeds": "--seed", **{f"weights.{w}": f"--{w}-weight" for w in ("soft", "hard", "cosine", "mse")}}
+
+
+def _resume_settings(job: DistillJob) -> dict:
+    return {k: v for k, v in _job_dict(job).items() if k not in (*CHANGEABLE, "hyper")}
+
+
 def run_distill(job: DistillJob, log=print, args: dict | None = None) -> dict:
     """Distil as `job` says; results.json's content with distill.json's under "distill"."""
     from bertkit.devices import resolve_device
+    from bertkit.finetune.hyper import resume_settings
+    from bertkit.finetune.resume import RunFolder
     from bertkit.finetune.run import check_length
-    from bertkit.hf import parameter_count, weight_shapes
-    from bertkit.io import write_json
 
+    if job.hyper.resume:  # before the teacher is read: a changed setting costs nothing
+        RunFolder(job.out, resume_settings(job.hyper, _resume_settings(job)), job.hyper.seeds, FLAGS).compare()
     rt = Runtime(resolve_device(job.device), job.precision, job.eval_batch_size, job.progress)
     task, teacher, tokenizer, plan = _teacher_task(job, rt)
     _check_tokenizers(job, tokenizer)
@@ -178,17 +191,32 @@ def run_distill(job: DistillJob, log=print, args: dict | None = None) -> dict:
 
     run_info = {"model": job.teacher, "train": job.train, "dev": job.dev, "distilled": True,
                 "args": args if args is not None else _job_dict(job)}
+    report: dict = {}
+
+    def write_report(folder: Path, results: dict) -> None:  # distill.json, in the run before it becomes OUT
+        if not made:  # a resumed run with every seed done before: how its student was made, again
+            made.update(make_student(job, plan, task, teacher)[1])
+        report.update(_report(job, task.main_metric, teacher_dev, made, folder, results))
+
     results = finetune(task, Path(job.teacher), train, dev, job.hyper, rt, Path(job.out), tokenizer, run_info,
-                       log=lambda line: log("  " + line), new_model=new_model, report_to=job.report_to)
+                       log=lambda line: log("  " + line), new_model=new_model, report_to=job.report_to,
+                       settings=_resume_settings(job), flags=FLAGS, before_publish=write_report)
+    return {**results, "distill": report}
+
+
+def _report(job: DistillJob, main: str, teacher_dev: dict, made: dict, folder: Path, results: dict) -> dict:
+    """distill.json's content, written into `folder`: both models' dev scores and sizes."""
+    from bertkit.hf import parameter_count, weight_shapes
+    from bertkit.io import write_json
+
     student_dev = next(r for r in results["seeds"] if r["seed"] == results["saved_seed"])["dev"]
-    main = task.main_metric
     report = {"task": job.task, "main_metric": main, "teacher": job.teacher, "teacher_dev": teacher_dev,
               "student_dev": student_dev, "student": made, "weights": asdict(job.weights),
               "kept": student_dev.get(main, float("nan")) / teacher_dev[main] if teacher_dev.get(main) else None,
               "teacher_parameters": parameter_count(weight_shapes(job.teacher)),
-              "student_parameters": parameter_count(weight_shapes(Path(job.out) / "model"))}
-    write_json(Path(job.out) / "distill.json", report)
-    return {**results, "distill": report}
+              "student_parameters": parameter_count(weight_shapes(folder / "model"))}
+    write_json(folder / "distill.json", report)
+    return report
 
 
 def _job_dict(job: DistillJob) -> dict:

@@ -56,6 +56,13 @@ def _write(config) -> dict:
             "inner_group_num": 1, "classifier_dropout_prob": config.head_dropout, "position_embedding_type": "absolute"}
 
 
+def from_bert(config):
+    """ALBERT's architecture for a BERT shape: embeddings a quarter as wide as the layers (at least
+    16; ALBERT-base: 128 for 768), one group of layer weights shared across depth, ALBERT's GELU."""
+    return config.replace(model_type="albert", embedding_size=max(16, config.hidden_size // 4), num_hidden_groups=1,
+                          hidden_act="gelu_new")
+
+
 _CLASSES = {f"Bert{kind}": f"Albert{kind}" for kind in
             ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
              "ForPreTraining")}
@@ -63,4 +70,4 @@ ALBERT = Family(
     "albert", "albert.", ENCODER_KEYS, HEAD_KEYS, _CLASSES, _read, _write,
     redundant=r"(^|\.)position_ids$|(^|\.)token_type_ids$|^predictions\.decoder\.(weight|bias)$",
     marks=(("predictions.", "masked-LM"), ("sop_classifier.", "sentence-order"), ("classifier.", "classifier"),
-           ("qa_outputs.", "question-answering")))
+           ("qa_outputs.", "question-answering")), from_bert=from_bert)

@@ -26,6 +26,10 @@ BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_
                "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout")
 
 
+RTD_KEYS = {"rtd.dense.{p}": "discriminator_predictions.dense.{p}",
+            "rtd.prediction.{p}": "discriminator_predictions.dense_prediction.{p}"}
+
+
 @dataclass(frozen=True)
 class Summary:
     """A sequence (or token) summary layer some families put before the output layer: dense C -> C,
@@ -55,6 +59,14 @@ class Family:
     redundant: str = r"(^|\.)position_ids$|(^|\.)token_type_ids$"
     # (HF key prefix, head name) pairs that say which heads a file holds
     marks: tuple[tuple[str, str], ...] = ()
+    # `bertkit pretrain --arch`: a BERT preset's shape made this family's architecture (None: not pretrained)
+    from_bert: Callable[[BertConfig], BertConfig] | None = None
+
+    def __post_init__(self):
+        # every family can carry a replaced-token detection head (`--objective electra`): ELECTRA's
+        # names unless the family has its own
+        if not any(k.startswith("rtd.") for k in self.head_keys):
+            object.__setattr__(self, "head_keys", {**self.head_keys, **RTD_KEYS})
 
     def hf_class(self, ours: str) -> str:
         return self.classes.get(ours, ours)

@@ -8,7 +8,7 @@ is written under BERT's name), and name the generator's masked-LM head `generato
 
 from __future__ import annotations
 
-from bertkit.families.base import BERT_FIELDS, Family, shared_fields, written
+from bertkit.families.base import BERT_FIELDS, RTD_KEYS, Family, shared_fields, written
 
 ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
     "embeddings.word.{p}": "embeddings.word_embeddings.{p}",
@@ -24,9 +24,7 @@ ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
     "layers.{}.ffn_norm.{p}": "encoder.layer.{}.output.LayerNorm.{p}",
     "pooler.{p}": "pooler.dense.{p}",
 }
-# The replaced-token detection head has only ELECTRA's names, in either layout.
-RTD_KEYS = {"rtd.dense.{p}": "discriminator_predictions.dense.{p}",
-            "rtd.prediction.{p}": "discriminator_predictions.dense_prediction.{p}"}
+# The replaced-token detection head has only ELECTRA's names, in either layout (base.RTD_KEYS).
 HEAD_KEYS: dict[str, str] = {
     "mlm.dense.{p}": "cls.predictions.transform.dense.{p}",
     "mlm.norm.{p}": "cls.predictions.transform.LayerNorm.{p}",
@@ -78,7 +76,7 @@ def _write_electra(config) -> dict:
 
 
 BERT = Family("bert", "bert.", ENCODER_KEYS, HEAD_KEYS, {}, _read_bert, _write_bert, redundant=_REDUNDANT,
-              marks=_MARKS)
+              marks=_MARKS, from_bert=lambda config: config)
 ELECTRA = Family(
     "electra", "electra.", ENCODER_KEYS, ELECTRA_HEAD_KEYS,
     {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",

@@ -39,6 +39,9 @@ HEAD_KEYS = {
     "mlm.bias": "cls.predictions.bias",
     "summary.dense.{p}": "pooler.dense.{p}",
     "output.{p}": "{output}.{p}",
+    # DeBERTa-v3's replaced-token detection head, as its own code names it
+    "rtd.dense.{p}": "mask_predictions.dense.{p}",
+    "rtd.prediction.{p}": "mask_predictions.classifier.{p}",
 }
 # the newer masked-LM layout, read as the legacy one
 RENAMED = {"lm_predictions.lm_head.dense.": "cls.predictions.transform.dense.",
@@ -78,14 +81,28 @@ def _write(config) -> dict:
             "norm_rel_ebd": "layer_norm" if config.norm_rel_ebd else "none",
             "position_biased_input": config.position_embedding_type == "absolute",
             "pooler_hidden_size": config.hidden_size, "pooler_hidden_act": config.pooler_hidden_act,
-            "pooler_dropout": 0.0, "cls_dropout": config.classifier_dropout, "legacy": True}
+            "pooler_dropout": 0.0, "legacy": True,
+            **({"cls_dropout": config.classifier_dropout} if config.classifier_dropout is not None else {})}
+
+
+def from_bert(config):
+    """DeBERTa-v3's architecture for a BERT shape: no absolute positions and no segments, relative
+    attention over log-bucketed distances (buckets: half the positions, at most 256) with both
+    terms through the content maps, a LayerNorm on the relative table, DeBERTa's epsilon and its
+    GELU pooler."""
+    return config.replace(model_type="deberta-v2", relative_attention=True, position_embedding_type="none",
+                          type_vocab_size=0, position_buckets=min(256, config.max_position_embeddings // 2),
+                          max_relative_positions=config.max_position_embeddings, pos_att_type=("c2p", "p2c"),
+                          share_att_key=True, norm_rel_ebd=True, layer_norm_eps=1e-7, pooler_hidden_act="gelu")
 
 
 _CLASSES = {f"Bert{kind}": f"DebertaV2{kind}" for kind in
             ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")}
+_CLASSES["ElectraForPreTraining"] = "DebertaV2Model"  # the discriminator: the encoder (+ mask_predictions)
 DEBERTA_V2 = Family(
     "deberta-v2", "deberta.", ENCODER_KEYS, HEAD_KEYS, _CLASSES, _read, _write,
     summary=Summary(lambda c: c.pooler_hidden_act), pooler=False,
-    redundant=r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$|^mask_predictions\.",
+    redundant=r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$",
     marks=(("cls.predictions.", "masked-LM"), ("lm_predictions.", "masked-LM"), ("classifier.", "classifier"),
-           ("qa_outputs.", "question-answering")))
+           ("qa_outputs.", "question-answering"), ("mask_predictions.", "replaced-token detection")),
+    from_bert=from_bert)

@@ -45,6 +45,7 @@ def _write(config) -> dict:
     if config.type_vocab_size:
         raise ValueError("DistilBERT has no segment embeddings (type_vocab_size 0)")
     out = {theirs: getattr(config, ours) for ours, theirs in _NAMES.items()}
+    out["seq_classif_dropout"] = config.head_dropout  # DistilBertConfig takes a number, not null
     out["qa_dropout"] = config.head_dropout
     out["sinusoidal_pos_embds"] = False
     out["tie_weights_"] = True

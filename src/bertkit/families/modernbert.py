@@ -78,8 +78,21 @@ def _read(d: dict) -> dict:
 
 def _write(config) -> dict:
     out = {theirs: getattr(config, ours) for ours, theirs in _NAMES.items()}
+    out["classifier_dropout"] = config.head_dropout  # ModernBertConfig takes a number, not null
     out.update(mlp_bias=config.bias, mlp_dropout=config.hidden_dropout_prob, tie_word_embeddings=True)
     return out
+
+
+def from_bert(config):
+    """ModernBERT's architecture for a BERT shape: pre-LN with a final norm, rotary positions, a
+    GeGLU feed-forward as many parameters as BERT's (intermediate 8/3 the width, two maps in, one
+    out), no biases, local attention in 128-token windows with every third layer global, no
+    segments, ModernBERT's epsilon, 8,192 positions."""
+    return config.replace(model_type="modernbert", norm_first=True, gated_ffn=True, bias=False, norm_bias=False,
+                          head_bias=False, position_embedding_type="rotary", type_vocab_size=0, local_attention=128,
+                          global_attn_every_n_layers=3, rope_theta=160_000.0, local_rope_theta=10_000.0,
+                          layer_norm_eps=1e-5, pooler_hidden_act="gelu", max_position_embeddings=8192,
+                          intermediate_size=round(8 * config.hidden_size / 3))
 
 
 _CLASSES = {f"Bert{kind}": f"ModernBert{kind}" for kind in
@@ -89,4 +102,4 @@ MODERNBERT = Family(
     mlm_act=lambda c: c.pooler_hidden_act, summary=Summary(lambda c: c.pooler_hidden_act, norm=True),
     token_summary=True, outputs={"BertForQuestionAnswering": "classifier"}, pooler=False,
     redundant=r"(^|\.)position_ids$|^decoder\.weight$|inv_freq$",
-    marks=(("decoder.", "masked-LM"), ("classifier.", "classifier")))
+    marks=(("decoder.", "masked-LM"), ("classifier.", "classifier")), from_bert=from_bert)

@@ -38,6 +38,14 @@ def _write(config) -> dict:
     return {**written(config), "position_embedding_type": "absolute"}
 
 
+def from_bert(config):
+    """RoBERTa's architecture for a BERT shape: positions past the padding id (as many more rows),
+    one segment; the same layers."""
+    offset = config.pad_token_id + 1
+    return config.replace(model_type="roberta", position_offset=offset, type_vocab_size=1,
+                          max_position_embeddings=config.max_position_embeddings + offset)
+
+
 def _family(name: str, prefix: str) -> Family:
     """`prefix`: the transformers class prefix ("Roberta", "XLMRoberta")."""
     classes = {f"Bert{kind}": f"{prefix}{kind}" for kind in
@@ -45,7 +53,7 @@ def _family(name: str, prefix: str) -> Family:
                 "ForQuestionAnswering")}
     return Family(name, "roberta.", ENCODER_KEYS, HEAD_KEYS, classes, _read, _write, mlm_act=lambda c: "gelu",
                   summary=Summary(lambda c: "tanh"), outputs={"BertForSequenceClassification": "classifier.out_proj"},
-                  redundant=_REDUNDANT, marks=_MARKS)
+                  redundant=_REDUNDANT, marks=_MARKS, from_bert=from_bert if name == "roberta" else None)
 
 
 ROBERTA = _family("roberta", "Roberta")

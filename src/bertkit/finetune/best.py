@@ -6,7 +6,9 @@ each improvement: nothing is written to disk per evaluation). `stop` turns true 
 evaluations in a row without improvement, and `restore` puts the best weights back, so the model
 the loop saves is the best evaluation's, as transformers' `load_best_model_at_end` and
 `EarlyStoppingCallback` do. Greater is better, except for a metric whose name ends in "loss".
-A tie is no improvement: the earlier checkpoint is kept.
+A tie is no improvement: the earlier checkpoint is kept. A seed's checkpoint (`finetune.resume`)
+holds the best weights and the count (`state_dict` / `load`); the best evaluation's predictions are
+not saved but computed again from those weights when the seed ends.
 """
 
 from __future__ import annotations
@@ -65,3 +67,14 @@ class BestCheckpoint:
         """Load the best evaluation's weights into `model` (on the model's own device)."""
         if self.state is not None:
             model.load_state_dict(self.state)
+
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """(the best weights as `best.NAME` tensors, the rest as JSON) for a seed's checkpoint."""
+        tensors = {f"best.{k}": v for k, v in (self.state or {}).items()}
+        return tensors, {"step": self.step, "value": self.value, "metrics": self.metrics, "bad": self.bad}
+
+    def load(self, tensors: dict[str, torch.Tensor], saved: dict) -> None:
+        """Continue from a checkpoint's `state_dict`; `predictions` stays None until recomputed."""
+        self.step, self.value, self.metrics, self.bad = saved["step"], saved["value"], saved["metrics"], saved["bad"]
+        self.state = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")} or None
+        self.predictions = None

@@ -15,16 +15,24 @@ evaluations without improvement), and the seed whose best is best. `OUT/predicti
 model's dev predictions, so `bertkit evaluate` on the same file reproduces its numbers. The loop knows tasks
 only through `bertkit.finetune.task.Task`; the model comes from a factory (the task's own by
 default), so another implementation of the same head can be trained with the same recipe.
+
+A run is built in `.OUT.partial` beside OUT (`finetune.resume`) and becomes OUT when its last seed
+is done: finished seeds are kept there, and the running seed is checkpointed at each evaluation
+(and every `Hyper.save_every` steps), so `Hyper.resume` continues a killed run where its newest
+checkpoint stopped, ending bit for bit as the uninterrupted run (CPU, fp32): each seed's data
+order is drawn up front from its seed, and the checkpoint restores the weights, AdamW's moments,
+every generator's state, the losses and evaluations so far and the best evaluation. SIGTERM and
+Ctrl-C finish the step, checkpoint it and raise `train.stop.Stopped`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,36 +41,19 @@ from torch import nn
 
 from bertkit.errors import UserError
 from bertkit.finetune.best import BestCheckpoint, lower_is_better
+from bertkit.finetune.curve import Curve, summarize
+from bertkit.finetune.hyper import Hyper, as_record, resume_settings
 from bertkit.finetune.registry import RUN_FILE
+from bertkit.finetune.resume import RunFolder, SeedCheckpoints
 from bertkit.finetune.task import Prepared, Runtime, Task, pooler_note
-from bertkit.io import atomic_dir, write_json
-from bertkit.tracking import FOLDER, Tracker, open_tracker, tagged
+from bertkit.io import WriteError, atomic_dir, write_json, writing
+from bertkit.model_card import finetune_card, write_card
+from bertkit.tracking import FOLDER, Tracker, open_tracker
+from bertkit.train.checkpoint import optimizer_tensors, restore_optimizer, rng_state, set_rng_state
 from bertkit.train.optim import build_optimizer, lr_at, warmup_steps
+from bertkit.train.stop import StopRequest
 
-
-@dataclass
-class Hyper:
-    """The fine-tuning hyper-parameters (defaults: the paper's)."""
-
-    epochs: int = 3
-    lr: float = 2e-5  # peak learning rate
-    batch_size: int = 32
-    warmup: float = 0.1  # below 1: fraction of the steps; otherwise a step count
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0  # 0: no clipping
-    seeds: tuple[int, ...] = (1, 2, 3)
-    group_by_length: bool = False  # batches of similar length: less padding, same examples per epoch
-    classifier_dropout: float | None = None  # dropout before the output layer; None: the model config's
-    eval_every: int | None = None  # also score dev every N optimizer steps; None: after each epoch only
-    adam_eps: float = 1e-6  # BERT's; transformers' Trainer defaults to 1e-8
-    early_stopping: int | None = None  # stop a seed after this many evaluations without improvement; None: never
-    metric_for_best: str | None = None  # keep each seed's best evaluation by this dev metric; None: the last
-    # (with early_stopping alone: the task's main metric)
-
-    @property
-    def keep_best(self) -> bool:
-        """Whether each seed's model is its best evaluation's (else its last)."""
-        return self.early_stopping is not None or self.metric_for_best is not None
+__all__ = ["Hyper", "SeedRun", "epoch_batches", "finetune", "seed_model", "set_seed", "summarize", "train_seed"]
 
 
 @dataclass
@@ -92,10 +83,10 @@ def seed_model(task: Task, model_dir: Path, seed: int, new_model=None) -> nn.Mod
     return new_model(task, model_dir) if new_model is not None else task.new_model(model_dir)
 
 
-def _progress(total: int, desc: str, enabled: bool):
+def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=1.0,
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, mininterval=1.0,
                 disable=not enabled, leave=False)
 
 
@@ -119,67 +110,143 @@ def epoch_batches(lengths: list[int], batch_size: int, g: torch.Generator, group
 
 def train_seed(task: Task, model: nn.Module, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime,
                seed: int, log=print, tracker: Tracker | None = None,
-               on_eval: Callable[[dict], None] | None = None) -> tuple[SeedRun, list]:
+               on_eval: Callable[[dict], None] | None = None, saver: SeedCheckpoints | None = None,
+               stop: StopRequest | None = None) -> tuple[SeedRun, list]:
     """Train `model` on `train` for hp.epochs, scoring `dev` after each epoch (and every hp.eval_every
     steps); `tracker` gets the scalars (--report-to), `on_eval` each evaluation's record (`bertkit tune`'s
-    trial; what it raises, a pruned trial, ends training). The run record and last dev predictions."""
-    start = time.time()
-    g = torch.Generator().manual_seed(seed)
-    features = train.features
-    plan = [_batches(task, train, hp, g) for _ in range(hp.epochs)]  # the same draws, epoch by epoch
-    per_epoch = len(plan[0])
-    total = sum(map(len, plan))
-    warm = warmup_steps(hp.warmup, total)
-    model.to(rt.device)
-    optimizer = build_optimizer(model, hp.lr, hp.weight_decay, eps=hp.adam_eps)
-    clip = hp.max_grad_norm if hp.max_grad_norm > 0 else math.inf  # inf: the norm, unclipped
-    step_losses: list[torch.Tensor] = []
-    curve = _Curve(task, dev, rt, per_epoch, seed, hp.epochs, log, tracker or Tracker(), on_eval)
-    if hp.keep_best:
-        curve.best = BestCheckpoint(hp.metric_for_best or task.main_metric, hp.early_stopping)
-    bar = _progress(total, f"seed {seed}", rt.progress)
-    step = 0
-    for epoch in range(1, hp.epochs + 1):
-        model.train()
-        first = len(step_losses)
-        for indices in plan[epoch - 1]:
-            lr = lr_at(step, total, warm, hp.lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = task.collate([features[j] for j in indices]).to(rt.device)
-            with rt.autocast():
-                loss = task.loss(model, batch)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step_losses.append(loss.detach().float())
-            step += 1
-            bar.update(1)
-            if step % 10 == 0 or step == total:  # .item() only here: it syncs the device
-                bar.set_postfix_str(f"epoch {epoch} loss {loss.item():.4f} lr {lr:.2e} |g| {norm.item():.2f}")
-                curve.track(step, loss, lr, norm)
-            if hp.eval_every and step % hp.eval_every == 0 and step % per_epoch:
-                curve.evaluate(model, step, step_losses)
-                model.train()
+    trial; what it raises, a pruned trial, ends training). With `saver` the seed continues from its
+    newest checkpoint and is checkpointed as it goes; `stop` (a signal) ends it after a step with a
+    checkpoint, raising `Stopped`. The run record and last dev predictions."""
+    return _Seed(task, model, train, dev, hp, rt, seed, log, tracker, on_eval, saver, stop).run()
+
+
+class _Seed:
+    """One seed's training, in the usual order (`run`): lr, forward, backward, clip, step, zero,
+    log, evaluate, checkpoint, stop."""
+
+    def __init__(self, task, model, train, dev, hp, rt, seed, log, tracker, on_eval, saver, stop):
+        self.task, self.model, self.train, self.hp, self.rt, self.seed = task, model, train, hp, rt, seed
+        self.log, self.saver, self.stop = log, saver, stop
+        self.start = time.time()
+        g = torch.Generator().manual_seed(seed)
+        self.plan = [_batches(task, train, hp, g) for _ in range(hp.epochs)]  # the same draws, epoch by epoch
+        self.ends = list(itertools.accumulate(map(len, self.plan)))  # the step each epoch ends at
+        self.per_epoch, self.total = len(self.plan[0]), self.ends[-1]
+        self.warm = warmup_steps(hp.warmup, self.total)
+        model.to(rt.device)
+        self.optimizer = build_optimizer(model, hp.lr, hp.weight_decay, eps=hp.adam_eps)
+        self.clip = hp.max_grad_norm if hp.max_grad_norm > 0 else math.inf  # inf: the norm, unclipped
+        self.step_losses: list[torch.Tensor] = []
+        self.curve = Curve(task, dev, rt, self.per_epoch, seed, hp.epochs, log, tracker or Tracker(), on_eval)
+        if hp.keep_best:
+            self.curve.best = BestCheckpoint(hp.metric_for_best or task.main_metric, hp.early_stopping)
+        self.saved = -1  # the step of the newest checkpoint
+
+    def run(self) -> tuple[SeedRun, list]:
+        hp, curve, model = self.hp, self.curve, self.model
+        step, epochs_done = self.resume()
+        self.bar = bar = _progress(self.total, f"seed {self.seed}", self.rt.progress, initial=step)
+        for epoch in range(epochs_done + 1, hp.epochs + 1):
+            if curve.stop:
+                break
+            model.train()
+            first = self.ends[epoch - 2] if epoch > 1 else 0
+            for indices in self.plan[epoch - 1][step - first :]:
+                step = self.train_step(step, epoch, indices)
+                bar.update(1)
+                evaluated = bool(hp.eval_every and step % hp.eval_every == 0 and step % self.per_epoch)
+                if evaluated:
+                    curve.evaluate(model, step, self.step_losses)
+                    model.train()
+                if step < self.ends[epoch - 1]:  # an epoch's end is saved after its evaluation
+                    self.maybe_save(step, epoch - 1, evaluated)
                 if curve.stop:
                     break
-        if curve.stop:  # stopped between two epoch ends
-            break
-        curve.end_epoch(model, epoch, step, step_losses, first)
-        if curve.stop:
-            break
-    bar.close()
-    losses = [round(x, 5) for x in torch.stack(step_losses).tolist()] if step_losses else []
-    epochs = curve.epochs
-    run = SeedRun(seed, epochs[-1] if epochs else {}, epochs, curve.evals, losses, step, time.time() - start)
-    run.dev = {k: v for k, v in run.dev.items() if k not in ("epoch", "train_loss")}
-    if curve.best is None:
-        return run, curve.predictions
-    return run, _keep_best(model, curve.best, run, step < total, log)
+            if curve.stop:  # stopped between two epoch ends
+                break
+            curve.end_epoch(model, epoch, step, self.step_losses, first)
+            self.maybe_save(step, epoch, True)
+        bar.close()
+        return self.finish(step)
+
+    def train_step(self, step: int, epoch: int, indices: list[int]) -> int:
+        lr = lr_at(step, self.total, self.warm, self.hp.lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = self.task.collate([self.train.features[j] for j in indices]).to(self.rt.device)
+        with self.rt.autocast():
+            loss = self.task.loss(self.model, batch)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_losses.append(loss.detach().float())
+        step += 1
+        if step % 10 == 0 or step == self.total:  # .item() only here: it syncs the device
+            self.bar.set_postfix_str(f"epoch {epoch} loss {loss.item():.4f} lr {lr:.2e} |g| {norm.item():.2f}")
+            self.curve.track(step, loss, lr, norm)
+        return step
+
+    def maybe_save(self, step: int, epochs_done: int, evaluated: bool) -> None:
+        """A checkpoint when one is due, or when a signal asks to stop (then `Stopped` is raised)."""
+        stopping = self.stop is not None and self.stop.requested
+        if self.saver is None or not (stopping or self.saver.due(step, evaluated)):
+            return
+        if self.saved != step:
+            self.save(step, epochs_done)
+        if stopping:
+            raise self.stop.stopped(f"seed {self.seed} at step {step} of {self.total}, its checkpoint in "
+                                    f"{self.saver.root / f'step-{step:07d}'}")
+
+    def save(self, step: int, epochs_done: int) -> None:
+        """Checkpoint everything the rest of the seed depends on (`resume` puts it back)."""
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        optimizer, groups = optimizer_tensors(self.optimizer)
+        generators, rng = rng_state()
+        best, best_state = self.curve.best.state_dict() if self.curve.best is not None else ({}, None)
+        losses = torch.stack(self.step_losses) if self.step_losses else torch.zeros(0)
+        state = {"epochs_done": epochs_done, "optimizer_groups": groups, "rng": rng, "curve": self.curve.record(),
+                 "best": best_state, "elapsed": time.time() - self.start}
+        self.saver.save(step, {**tensors, **optimizer, **generators, **best, "losses": losses}, state)
+        self.saved = step
+
+    def resume(self) -> tuple[int, int]:
+        """(step, epochs done) of the newest checkpoint, restored into this seed; (0, 0) without one."""
+        found = self.saver.latest() if self.saver is not None else None
+        if found is None:
+            return 0, 0
+        tensors, state = found
+        self.model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+        restore_optimizer(self.optimizer, tensors, state["optimizer_groups"])
+        self.step_losses = list(tensors["losses"].to(self.rt.device).unbind())
+        self.curve.restore(state["curve"])
+        if self.curve.best is not None:
+            self.curve.best.load(tensors, state["best"])
+        set_rng_state(tensors, state["rng"])
+        self.start = time.time() - state["elapsed"]
+        self.saved = state["step"]
+        self.log(f"seed {self.seed}: continuing from step {state['step']} of {self.total} (its checkpoint)")
+        return state["step"], state["epochs_done"]
+
+    def finish(self, step: int) -> tuple[SeedRun, list]:
+        """The run record, and the predictions of the model it keeps (computed again when the
+        evaluation that made them was before a resume)."""
+        curve, model = self.curve, self.model
+        losses = [round(x, 5) for x in torch.stack(self.step_losses).tolist()] if self.step_losses else []
+        epochs = curve.epochs
+        run = SeedRun(self.seed, epochs[-1] if epochs else {}, epochs, curve.evals, losses, step,
+                      time.time() - self.start)
+        run.dev = {k: v for k, v in run.dev.items() if k not in ("epoch", "train_loss")}
+        if curve.best is None:
+            predictions = curve.predictions
+        else:
+            predictions = _keep_best(model, curve.best, run, step < self.total, self.log)
+        if predictions is None:
+            predictions = self.task.predict(model, curve.dev, self.rt)
+        return run, predictions
 
 
-def _keep_best(model: nn.Module, best: BestCheckpoint, run: SeedRun, stopped: bool, log) -> list:
+def _keep_best(model: nn.Module, best: BestCheckpoint, run: SeedRun, stopped: bool, log) -> list | None:
     """Put the seed's best weights back in `model` and record them; the best evaluation's predictions."""
     best.restore(model)
     run.dev, run.best_step, run.best_metric = best.metrics, best.step, best.best_metric
@@ -198,127 +265,83 @@ def _batches(task: Task, train: Prepared, hp: Hyper, g: torch.Generator) -> list
     return own if own is not None else epoch_batches(train.lengths, hp.batch_size, g, hp.group_by_length)
 
 
-class _Curve:
-    """The dev learning curve of one seed: an evaluation at the end of each epoch and, with
-    --eval-every, between; each records its step, its (fractional) epoch and the mean training
-    loss since the previous evaluation. `best` (with --metric-for-best / --early-stopping) sees
-    every evaluation and keeps the best one's weights."""
-
-    best: BestCheckpoint | None = None
-
-    @property
-    def stop(self) -> bool:
-        return self.best is not None and self.best.stop
-
-    def __init__(self, task: Task, dev: Prepared, rt: Runtime, per_epoch: int, seed: int, n_epochs: int, log,
-                 tracker: Tracker, on_eval: Callable[[dict], None] | None = None):
-        self.task, self.dev, self.rt, self.per_epoch = task, dev, rt, per_epoch
-        self.seed, self.n_epochs, self.log, self.tracker = seed, n_epochs, log, tracker
-        self.on_eval = on_eval
-        self._mark = (0, time.perf_counter())  # (step, time) of the previous logging step: steps/s
-        self.epochs: list[dict] = []
-        self.evals: list[dict] = []
-        self.predictions: list = []
-        self._since = 0  # index of the first step loss after the previous evaluation
-
-    def evaluate(self, model: nn.Module, step: int, step_losses: list) -> dict:
-        self.predictions = self.task.predict(model, self.dev, self.rt)
-        metrics = self.task.score(self.dev, self.predictions)
-        loss = torch.stack(step_losses[self._since :]).mean().item() if step_losses[self._since :] else math.nan
-        self._since = len(step_losses)
-        self.evals.append({"step": step, "epoch": round(step / self.per_epoch, 4), "train_loss": loss, **metrics})
-        if self.best is not None:
-            self.best.update(model, self.evals[-1], metrics, self.predictions)
-        self.tracker.scalars(step, tagged("dev", metrics))
-        if step % self.per_epoch:
-            self.log(f"seed {self.seed} step {step} (epoch {step / self.per_epoch:.2f}): train loss {loss:.4f}  dev "
-                     + _fmt(metrics))
-        if self.on_eval is not None:
-            self.on_eval(self.evals[-1])
-        return metrics
-
-    def track(self, step: int, loss: torch.Tensor, lr: float, norm: torch.Tensor) -> None:
-        """A logging step's scalars: this step's loss, lr and gradient norm, the epoch, steps/s."""
-        now = time.perf_counter()
-        rate = (step - self._mark[0]) / max(now - self._mark[1], 1e-9)
-        self._mark = (step, now)
-        self.tracker.scalars(step, {"train/loss": loss.item(), "train/lr": lr, "train/grad_norm": norm.item(),
-                                    "train/epoch": step / self.per_epoch, "train/steps_per_s": rate})
-
-    def end_epoch(self, model: nn.Module, epoch: int, step: int, step_losses: list, first: int) -> None:
-        metrics = self.evaluate(model, step, step_losses)
-        epoch_loss = torch.stack(step_losses[first:]).mean().item()
-        self.epochs.append({"epoch": epoch, "train_loss": epoch_loss, **metrics})
-        self.log(f"seed {self.seed} epoch {epoch}/{self.n_epochs}: train loss {epoch_loss:.4f}  dev " + _fmt(metrics))
-
-
-def _fmt(metrics: dict) -> str:
-    """The scalar metrics on one line (per-type breakdowns stay in results.json)."""
-    return "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
-                     for k, v in metrics.items() if isinstance(v, (int, float)))
-
-
-def summarize(runs: list[SeedRun]) -> dict:
-    """Median, standard deviation (sample; 0 for one seed), min and max of each dev metric."""
-    out = {}
-    for key in runs[0].dev:
-        values = [r.dev[key] for r in runs if isinstance(r.dev.get(key), (int, float))]
-        if len(values) != len(runs):
-            continue
-        out[key] = {
-            "median": statistics.median(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "min": min(values),
-            "max": max(values),
-        }
-    return out
-
-
 def finetune(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime, out: Path,
-             tokenizer, run_info: dict, log=print, new_model=None, report_to: str = "none") -> dict:
+             tokenizer, run_info: dict, log=print, new_model=None, report_to: str = "none",
+             settings: dict | None = None, flags: dict[str, str] | None = None,
+             before_publish: Callable[[Path, dict], None] | None = None) -> dict:
     """Fine-tune one model per seed; save the best seed's model (with its model card), predictions,
     results and plots.
 
     `new_model(task, model_dir)` builds each seed's model (default: the task's own head);
-    `report_to` "tensorboard" writes each seed's curves to OUT/tensorboard/seedN as they happen."""
+    `report_to` "tensorboard" writes each seed's curves to OUT/tensorboard/seedN as they happen.
+    `settings` are what `hp.resume` must find unchanged besides the hyper-parameters (`flags`:
+    their flags where not --their-name). `before_publish(folder, results)` adds files to the finished
+    run before it becomes OUT."""
     if not train.features:
         raise UserError("no training features (is the training file empty?)")
-    # Written under a temporary name and renamed at the end: a failed or interrupted run leaves
-    # no half-filled folder, and a previous result is replaced only by a complete one.
-    with atomic_dir(out) as tmp:
-        results = _train_and_save(task, model_dir, train, dev, hp, rt, tmp, tokenizer, run_info, log, new_model,
-                                  report_to)
+    folder = RunFolder(out, resume_settings(hp, settings or {}), hp.seeds, flags)
+    folder.open(hp.resume, log)
+    try:
+        with writing(folder.path), StopRequest() as stop:
+            results = _train_and_save(task, model_dir, train, dev, hp, rt, folder, tokenizer, run_info, log,
+                                      new_model, report_to, stop)
+            if before_publish is not None:
+                before_publish(folder.path, results)
+            folder.publish()
+    except WriteError as e:
+        e.kept = e.kept or folder.kept()
+        raise
+    except BaseException:
+        folder.discard_if_empty()  # a mistake found before any work was kept changes nothing
+        raise
     return results
 
 
-def _train_and_save(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime, out: Path,
-                    tokenizer, run_info: dict, log, new_model, report_to: str) -> dict:
-    from bertkit.model_card import finetune_card, write_card
-    from bertkit.plots import plot_finetuning
-
-    runs: list[SeedRun] = []
-    best = None
-    start = time.time()
-    for seed in hp.seeds:
+def _train_and_save(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hyper, rt: Runtime,
+                    folder: RunFolder, tokenizer, run_info: dict, log, new_model, report_to: str,
+                    stop: StopRequest) -> dict:
+    runs = [SeedRun(**record) for record in folder.finished]
+    best = folder.progress["best"]
+    if best is not None:  # what the saved seed's evaluation chose, as when it was saved
+        task.adopt(next(r for r in runs if r.seed == best[0]).dev)
+    start = time.time() - sum(r.time_s for r in runs)
+    out = folder.path
+    todo = [s for s in hp.seeds if s not in {r.seed for r in runs}]
+    for seed in todo:
+        if stop.requested:
+            raise stop.stopped(f"{len(runs)} of {len(hp.seeds)} seeds done, kept in {out}")
         model = seed_model(task, model_dir, seed, new_model)
-        if seed == hp.seeds[0] and (note := pooler_note(model)):
+        if not runs and (note := pooler_note(model)):
             log("note: " + note)
-        if seed == hp.seeds[0] and report_to != "none":
+        if not runs and report_to != "none":
             log(f"{report_to}: live curves in {out / FOLDER} (moved to OUT/{FOLDER} when the run ends)")
-        tracker = open_tracker(report_to, out / FOLDER / f"seed{seed}")
-        run, predictions = train_seed(task, model, train, dev, hp, rt, seed, log, tracker)
+        if seed == todo[0]:
+            folder.check_space(model, hp.keep_best, hp.checkpoints)
+        saver = folder.seed_checkpoints(seed, hp.save_every)
+        resumed = saver.newest_step()
+        tracker = open_tracker(report_to, out / FOLDER / f"seed{seed}", purge_step=resumed + 1 if resumed else None)
+        run, predictions = train_seed(task, model, train, dev, hp, rt, seed, log, tracker, saver=saver, stop=stop)
         tracker.close()
         runs.append(run)
         score = _seed_score(task, hp, run)
         if best is None or score > best[1]:
-            best = (seed, score)
+            best = [seed, score]
             task.adopt(run.dev)  # what the saved evaluation chose (multi-label: its threshold)
+            folder.check()
             with atomic_dir(out / "model") as tmp:
                 task.save_model(model.to("cpu"), tmp, tokenizer)
                 write_json(tmp / RUN_FILE, {**task.settings(), **run_info})
-                write_card(tmp, finetune_card(task, run_info, run, hp))
+                write_card(tmp, finetune_card(task, run_info, run, replace(hp, resume=False)))  # resuming is how
             task.write_predictions(out / f"predictions{task.prediction_suffix}", dev, predictions)
+        folder.finish_seed(asdict(run), best)
         del model
+    return _write_results(task, train, dev, hp, runs, best[0], run_info, out, start, folder.progress["resumes"])
+
+
+def _write_results(task: Task, train: Prepared, dev: Prepared, hp: Hyper, runs: list[SeedRun], saved: int,
+                   run_info: dict, out: Path, start: float, resumes: list) -> dict:
+    from bertkit.plots import plot_finetuning
+
     results = {
         "task": task.name,
         **{k: run_info[k] for k in ("model", "train", "dev", "long_inputs_report") if k in run_info},
@@ -327,12 +350,13 @@ def _train_and_save(task: Task, model_dir: Path, train: Prepared, dev: Prepared,
         "n_dev": len(dev.examples),
         "seeds": [asdict(r) for r in runs],
         "summary": summarize(runs),
-        "saved_seed": best[0],
-        **_saved_model(task, hp, runs, best[0]),
+        "saved_seed": saved,
+        **_saved_model(task, hp, runs, saved),
         "task_settings": task.settings(),
         "time_s": round(time.time() - start, 1),
-        "hyper": {**asdict(hp), "seeds": list(hp.seeds)},
+        "hyper": {k: v for k, v in as_record(hp).items() if k != "resume"},
         "args": run_info.get("args", {}),
+        "resumes": resumes,
     }
     write_json(out / "results.json", results)
     plot_finetuning([asdict(r) for r in runs], task.main_metric, out)

@@ -73,8 +73,12 @@ class LTRHead(nn.Module):
         if self.lstm is not None:
             C = h.shape[-1] // 2
             last = torch.cat([last[:, :C], h[:, 0, C:]], dim=-1)  # forward at the end, backward at the start
-        logits = self.output(self.dropout(torch.tanh(self.dense(last))))  # (B, L)
-        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        logits = self.output(self.dropout(torch.tanh(self.dense(last))))  # (B, L); L = 1: a regression
+        loss = None
+        if labels is not None and logits.shape[-1] == 1:  # STS-B's scores: MSE, as the BERT head's regression
+            loss = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
+        elif labels is not None:
+            loss = F.cross_entropy(logits.float(), labels.reshape(-1))
         return HeadOutput(logits, loss)
 
     def save_pretrained(self, path, tokenizer=None) -> None:
@@ -102,8 +106,8 @@ def ltr_model(bilstm: bool):
             raise UserError("an LTR head needs a left-to-right model (pretrained with --objective ltr)", model_dir)
         if isinstance(task, QATask):
             return LTRHead(encoder, "span", 2, bilstm)
-        if isinstance(task, SequenceTask) and not task.regression:
-            return LTRHead(encoder, "classify", len(task.labels), bilstm)
-        raise UserError(f"the LTR heads cover classification and SQuAD, not {task.name}")
+        if isinstance(task, SequenceTask):
+            return LTRHead(encoder, "classify", 1 if task.regression else len(task.labels), bilstm)
+        raise UserError(f"the LTR heads cover classification, regression and SQuAD, not {task.name}")
 
     return build

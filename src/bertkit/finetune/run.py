@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.finetune.loop import Hyper, finetune
+from bertkit.finetune.hyper import Hyper
 from bertkit.finetune.registry import make_task
 from bertkit.finetune.task import Prepared, Runtime, Task
 
@@ -70,11 +70,12 @@ class JobData:
     dev: Prepared
     run_info: dict  # model, train, dev, args (and long_inputs_report): what results.json records
     encode_s: float  # seconds spent reading and encoding
+    summary: str  # the command's first line: what was read, the model, the device
 
 
-def prepare_job(job: FinetuneJob, log=print, args: dict | None = None, command: str = "finetune") -> JobData:
-    """Read, check and encode the job's data once; the first log line (`bertkit COMMAND: ...`) says what
-    was read."""
+def prepare_job(job: FinetuneJob, args: dict | None = None, command: str = "finetune") -> JobData:
+    """Read, check and encode the job's data once; `summary` is the first line (`bertkit COMMAND: ...`),
+    for the caller to print once its own checks have passed (a mistake is the only line)."""
     from bertkit.devices import resolve_device
     from bertkit.hf import load_config
     from bertkit.tokenizer import Tokenizer
@@ -88,9 +89,9 @@ def prepare_job(job: FinetuneJob, log=print, args: dict | None = None, command: 
     t0 = time.time()
     train_examples, dev_examples = _examples(task, job)
     task.fit_labels(train_examples)
-    log(f"bertkit {command}: {job.task} on {len(train_examples)} training / {len(dev_examples)} dev examples; "
-        f"model {model_dir} ({config.num_hidden_layers} layers, hidden {config.hidden_size}); "
-        f"device {rt.device}, {job.precision}")
+    summary = (f"bertkit {command}: {job.task} on {len(train_examples)} training / {len(dev_examples)} dev examples; "
+               f"model {model_dir} ({config.num_hidden_layers} layers, hidden {config.hidden_size}); "
+               f"device {rt.device}, {job.precision}")
     train = task.prepare(train_examples, train=True)
     dev = task.prepare(dev_examples)
     run_info = {"model": str(model_dir), "train": job.train, "dev": job.dev,
@@ -98,7 +99,25 @@ def prepare_job(job: FinetuneJob, log=print, args: dict | None = None, command: 
     if train.long_inputs is not None and dev.long_inputs is not None:
         run_info["long_inputs_report"] = {**task.policy.settings(), "train": train.long_inputs.as_dict(),
                                           "dev": dev.long_inputs.as_dict()}
-    return JobData(task, model_dir, tokenizer, rt, train, dev, run_info, time.time() - t0)
+    return JobData(task, model_dir, tokenizer, rt, train, dev, run_info, time.time() - t0, summary)
+
+
+def check_start(data: JobData, metric: str | None = None, new_model=None) -> tuple[object, float | None]:
+    """The checks that need the model, before any output: the starting model is built once (its
+    weights must be readable, the task's options must fit it) and, for `metric`, scored on dev: a
+    UserError unless an evaluation reports that metric (else found only after the first epoch).
+    (The model, its value of `metric`.)"""
+    from bertkit.finetune.loop import seed_model
+
+    model = seed_model(data.task, data.model_dir, 0, new_model)
+    if metric is None:
+        return model, None
+    metrics = data.task.score(data.dev, data.task.predict(model.to(data.rt.device), data.dev, data.rt))
+    value = metrics.get(metric)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        names = ", ".join(k for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise UserError(f"--metric-for-best {metric}: this task's evaluations report {names}")
+    return model, value
 
 
 def input_notes(data: JobData, log=print) -> None:
@@ -114,16 +133,43 @@ def input_notes(data: JobData, log=print) -> None:
             f"and were cut to them")
 
 
+# What a resumed job may change: where and how it runs, not what it computes (its hyper-parameters
+# carry their own rules: `finetune.hyper`).
+CHANGEABLE = ("out", "device", "eval_batch_size", "progress", "report_to")
+
+
+def resume_job_settings(job: FinetuneJob) -> dict:
+    """The job's settings that `--resume` compares, besides the hyper-parameters."""
+    return {k: v for k, v in _job_dict(job).items() if k not in (*CHANGEABLE, "hyper")}
+
+
+def check_resume(job: FinetuneJob) -> None:
+    """With --resume, before any data is read: a UserError naming each setting that differs from
+    the unfinished run it would continue."""
+    from bertkit.finetune.hyper import resume_settings
+    from bertkit.finetune.resume import RunFolder
+
+    if job.hyper.resume:
+        RunFolder(job.out, resume_settings(job.hyper, resume_job_settings(job)), job.hyper.seeds).compare()
+
+
 def run_job(job: FinetuneJob, log=print, new_model=None, args: dict | None = None) -> dict:
     """Fine-tune as `job` says; results.json's content. `args` (the command line) is recorded."""
-    data = prepare_job(job, log, args)
+    from bertkit.finetune.loop import finetune
+
+    check_resume(job)
+    data = prepare_job(job, args)
     hp = job.hyper
+    named = hp.metric_for_best if hp.metric_for_best not in (None, data.task.main_metric) else None
+    check_start(data, named, new_model)
+    log(data.summary)
     steps = -(-len(data.train.features) // hp.batch_size) * hp.epochs
     log(f"  encoded in {data.encode_s:.1f}s: {len(data.train.features)} training features, "
         f"{steps} steps per seed x {len(hp.seeds)} seed(s), lr {hp.lr:g}, batch {hp.batch_size}")
     input_notes(data, log)
     return finetune(data.task, data.model_dir, data.train, data.dev, hp, data.rt, Path(job.out), data.tokenizer,
-                    data.run_info, log=lambda line: log("  " + line), new_model=new_model, report_to=job.report_to)
+                    data.run_info, log=lambda line: log("  " + line), new_model=new_model, report_to=job.report_to,
+                    settings=resume_job_settings(job))
 
 
 def job_settings(job: FinetuneJob) -> dict:

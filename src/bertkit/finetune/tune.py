@@ -12,10 +12,14 @@ whose dev metric is below the median of the finished trials' at that point (prun
 
 The study lives in OUT/study.db (SQLite) under one name, so rerunning the command continues it
 up to --trials finished trials (complete or pruned). One process works on a study at a time (a
-lock in OUT says so); a trial left running by a killed process is marked failed when the next
-run starts, and failed trials do not count. Nothing is saved per trial but its record: after
-each trial OUT/trials.json, OUT/best.json (with the `bertkit finetune` command that trains the
-best trial's model again) and OUT/trials.png are rewritten, each atomically.
+lock in OUT says so). The running trial is checkpointed like a fine-tuning seed (at each
+evaluation and every --save-every steps, in OUT/checkpoints/trial-N, deleted when it ends), so a
+trial left running by a killed or stopped (SIGTERM, Ctrl-C) process is continued by the next run
+from its checkpoint, with its own parameters; each trial's parameters are drawn by a sampler
+seeded with --seeds plus the trial's number, so a study continued after a kill holds the trials
+and values the uninterrupted one would. After each trial OUT/trials.json, OUT/best.json (with the
+`bertkit finetune` command that trains the best trial's model again) and OUT/trials.png are
+rewritten, each atomically.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -32,14 +37,17 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.finetune.best import lower_is_better
 from bertkit.finetune.loop import seed_model, train_seed
-from bertkit.finetune.run import FinetuneJob, JobData, input_notes, prepare_job
+from bertkit.finetune.resume import SeedCheckpoints, checkpoint_bytes
+from bertkit.finetune.run import FinetuneJob, JobData, check_start, input_notes, prepare_job
 from bertkit.finetune.search_space import Space, flag_name
-from bertkit.io import write_json
+from bertkit.io import check_free_space, size_text, write_json
+from bertkit.train.stop import Stopped, StopRequest
 
 STUDY_NAME = "bertkit-tune"
 STUDY_FILE = "study.db"
 OUTPUTS = (STUDY_FILE, "trials.json", "best.json", "trials.png")
 LOCK_FILE = ".tune.lock"
+CHECKPOINTS = "checkpoints"  # the running trial's, OUT/checkpoints/trial-N
 RANDOM_TRIALS = 5  # TPE draws at random until this many trials have finished
 
 
@@ -75,43 +83,63 @@ def run_study(tj: TuneJob, log=print) -> dict:
     out = Path(tj.job.out)
     if (out / STUDY_FILE).exists() and not tj.overwrite:
         _check_settings(_load(optuna, out), tj, out)  # before the data is read: a mistake costs nothing
-    data = prepare_job(tj.job, log, command="tune")
+    data = prepare_job(tj.job, command="tune")
+    metric = tj.metric or data.task.main_metric
+    model, start = check_start(data, metric)  # the reference a trial should beat
+    if tj.job.hyper.checkpoints:  # the running trial's, two at once while the next is written
+        checkpoint = checkpoint_bytes(model, True)[1]
+        check_free_space(out, 2 * checkpoint, f"the running trial's checkpoints (2 of {size_text(checkpoint)})")
+    del model
+    log(data.summary)
     log(f"  encoded in {data.encode_s:.1f}s: {len(data.train.features)} training features")
     input_notes(data, log)
-    metric = tj.metric or data.task.main_metric
     log(f"  {tj.space.describe()}; each trial scored by its best dev {metric} (seed {tj.seed})")
-    _check_metric(data, metric, log)
+    log(f"  the starting model (an untrained head): dev {metric} {start:.4g}")
     out.mkdir(parents=True, exist_ok=True)
     with _lock(out):
         if tj.overwrite:
             for name in OUTPUTS:
                 (out / name).unlink(missing_ok=True)
+            shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
         study = _open_study(optuna, out, tj, metric)
         done = len(_finished(study))
         if done >= tj.trials:
             log(f"the study holds {done} finished trials already (--trials {tj.trials}); raise --trials for more")
         report = _Report(tj, out, metric, data, log)
         try:
-            if done < tj.trials:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # Optuna's experimental and duplicate-report notes
-                    study.optimize(_objective(optuna, tj, data, metric), n_trials=tj.trials - done,
-                                   timeout=tj.timeout, callbacks=[report.after_trial])
+            with warnings.catch_warnings(), StopRequest("run the same command again to continue") as stop:
+                warnings.simplefilter("ignore")  # Optuna's experimental and duplicate-report notes
+                _optimize(optuna, study, _Trial(optuna, tj, data, metric, out, stop), tj, report.after_trial, log)
         finally:
             best = report.write(study)
     return best
 
 
-def _check_metric(data: JobData, metric: str, log) -> None:
-    """One dev evaluation of the starting model: the metric must be one an evaluation reports
-    (a UserError before anything is written), and its value is the reference a trial should beat."""
-    model = seed_model(data.task, data.model_dir, 0).to(data.rt.device)
-    metrics = data.task.score(data.dev, data.task.predict(model, data.dev, data.rt))
-    value = metrics.get(metric)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        names = ", ".join(k for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
-        raise UserError(f"--metric-for-best {metric}: this task's evaluations report {names}")
-    log(f"  the starting model (an untrained head): dev {metric} {value:.4g}")
+def _optimize(optuna, study, trial_runner, tj: TuneJob, after_trial: Callable, log) -> None:
+    """Continue the trials a stopped run left running, then ask for new ones until the study holds
+    tj.trials finished ones (or tj.timeout has passed): each trial's parameters drawn by a sampler
+    seeded from the trial's number, so they do not depend on where earlier runs stopped."""
+    from optuna.trial import TrialState
+
+    start = time.time()
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        saved = SeedCheckpoints(trial_runner.out / CHECKPOINTS / f"trial-{frozen.number}", tj.seed, None).newest_step()
+        log(f"continuing trial {frozen.number}, which a stopped run left "
+            + (f"at its checkpoint of step {saved}" if saved is not None else "before its first checkpoint"))
+        _seed_sampler(optuna, study, tj, frozen.number)
+        after_trial(study, trial_runner(study, optuna.trial.Trial(study, frozen._trial_id)))
+    while len(_finished(study)) < tj.trials and (tj.timeout is None or time.time() - start < tj.timeout):
+        _seed_sampler(optuna, study, tj, len(study.trials))
+        after_trial(study, trial_runner(study, study.ask()))
+
+
+def _add_time(trial, start: float) -> None:
+    """The trial's seconds, over every run that worked on it."""
+    trial.set_user_attr("time_s", round(trial.user_attrs.get("time_s", 0) + time.time() - start, 1))
+
+
+def _seed_sampler(optuna, study, tj: TuneJob, number: int) -> None:
+    study.sampler = optuna.samplers.TPESampler(seed=tj.seed + number, n_startup_trials=RANDOM_TRIALS)
 
 
 class _lock:
@@ -135,9 +163,7 @@ class _lock:
 
 
 def _open_study(optuna, out: Path, tj: TuneJob, metric: str):
-    """The study in OUT/study.db, new or continued; a trial a killed run left running becomes failed."""
-    from optuna.trial import TrialState
-
+    """The study in OUT/study.db, new or continued."""
     storage = optuna.storages.RDBStorage(f"sqlite:///{(out / STUDY_FILE).resolve()}")
     pruner = optuna.pruners.MedianPruner(n_startup_trials=tj.prune_startup, n_warmup_steps=_at(tj.prune_warmup))
     direction = "minimize" if lower_is_better(metric) else "maximize"
@@ -145,10 +171,6 @@ def _open_study(optuna, out: Path, tj: TuneJob, metric: str):
                                 load_if_exists=True)
     if "settings" not in study.user_attrs:
         study.set_user_attr("settings", _settings(tj))
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)  # its process is gone: we hold the lock
-    # A continued study gets a sampler seeded afresh: the same seed would repeat the first run's draws.
-    study.sampler = optuna.samplers.TPESampler(seed=tj.seed + len(study.trials), n_startup_trials=RANDOM_TRIALS)
     return study
 
 
@@ -188,12 +210,45 @@ def _finished(study) -> list:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
 
 
-def _objective(optuna, tj: TuneJob, data: JobData, metric: str) -> Callable:
-    base = tj.job.hyper
+class _Trial:
+    """One trial, from its start or from the checkpoint a stopped run left: train it, prune it
+    through its evaluations, tell the study its end (a stop leaves it running); its FrozenTrial."""
 
-    def objective(trial) -> float:
-        params = tj.space.suggest(trial)
-        hp = replace(base, **params, seeds=(tj.seed,), metric_for_best=metric)
+    def __init__(self, optuna, tj: TuneJob, data: JobData, metric: str, out: Path, stop: StopRequest):
+        self.optuna, self.tj, self.data, self.metric, self.out, self.stop = optuna, tj, data, metric, out, stop
+
+    def __call__(self, study, trial):
+        from optuna.trial import TrialState
+
+        tj, data = self.tj, self.data
+        hp = replace(tj.job.hyper, **tj.space.suggest(trial), seeds=(tj.seed,), metric_for_best=self.metric)
+        saver = SeedCheckpoints(self.out / CHECKPOINTS / f"trial-{trial.number}", tj.seed, hp.save_every)
+        start = time.time()
+        try:
+            model = seed_model(data.task, data.model_dir, tj.seed)
+            run, _ = train_seed(data.task, model, data.train, data.dev, hp, data.rt, tj.seed, log=lambda line: None,
+                                on_eval=self._pruning(trial, hp), saver=saver, stop=self.stop)
+            trial.set_user_attr("best_step", run.best_step)
+            trial.set_user_attr("steps", run.steps)
+            state, value = TrialState.COMPLETE, run.best_metric
+        except self.optuna.TrialPruned:
+            state, value = TrialState.PRUNED, None
+        except Stopped:  # left running, with its checkpoint: the next run continues it
+            _add_time(trial, start)
+            raise
+        except Exception:
+            _add_time(trial, start)
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        _add_time(trial, start)
+        frozen = study.tell(trial, value, state=state)
+        shutil.rmtree(saver.root, ignore_errors=True)
+        if saver.root.parent.is_dir() and not any(saver.root.parent.iterdir()):
+            saver.root.parent.rmdir()
+        return frozen
+
+    def _pruning(self, trial, hp) -> Callable[[dict], None]:
+        metric, optuna = self.metric, self.optuna
 
         def report(record: dict) -> None:
             trial.report(record[metric], _at(record["epoch"]))
@@ -203,18 +258,7 @@ def _objective(optuna, tj: TuneJob, data: JobData, metric: str) -> Callable:
                 trial.set_user_attr("pruned_at", record["epoch"])
                 raise optuna.TrialPruned()
 
-        start = time.time()
-        model = seed_model(data.task, data.model_dir, tj.seed)
-        try:
-            run, _ = train_seed(data.task, model, data.train, data.dev, hp, data.rt, tj.seed, log=lambda line: None,
-                                on_eval=report)
-        finally:
-            trial.set_user_attr("time_s", round(time.time() - start, 1))
-        trial.set_user_attr("best_step", run.best_step)
-        trial.set_user_attr("steps", run.steps)
-        return run.best_metric
-
-    return objective
+        return report
 
 
 class _Report:

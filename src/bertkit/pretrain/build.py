@@ -47,7 +47,7 @@ def build_model(cfg: TrainConfig, manifest: dict, checkpoint, device: torch.devi
 
 
 def _head(cfg: TrainConfig) -> type:
-    return BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
+    return BertForPreTraining if cfg.objective in ("mlm+nsp", "mlm+sop") else BertForMaskedLM
 
 
 def _load(cfg: TrainConfig, path: Path):
@@ -85,14 +85,14 @@ def _electra(cfg: TrainConfig, manifest: dict):
     else:
         discriminator = ElectraForPreTraining(model_config(cfg, manifest))
     config = discriminator.config
-    model = ElectraPretraining(discriminator, generator_config(config, cfg.generator_width or default_width(
-        config.hidden_size)))
+    width = cfg.generator_width or default_width(config.hidden_size)
+    model = ElectraPretraining(discriminator, generator_config(config, width, cfg.generator_layers))
     if cfg.init_from:  # the generator keeps BERT's init: "scaled" would redraw the embeddings it shares
         model.load_report = discriminator.load_report
     else:  # the discriminator last: the shared embeddings are drawn at its width
         initialise(model.generator, cfg.init)
         initialise(model.discriminator, cfg.init)
-    return model
+    return model.disentangle() if cfg.embedding_sharing == "gdes" else model
 
 
 def build_objective(cfg: TrainConfig, manifest: dict, tokenizer) -> Objective:
@@ -125,7 +125,8 @@ def save_final(model, cfg: TrainConfig, tokenizer, records: list[dict]) -> str:
         return f"model in {out / 'model'}"
     from bertkit.electra import with_pooler
 
-    bert = with_pooler(model.discriminator.encoder, derived_seed(cfg.seed, _POOLER_SEED))
-    for name, part in (("model", bert), ("discriminator", model.discriminator), ("generator", model.generator)):
+    discriminator = model.merged_discriminator()  # with gradient-disentangled sharing, its table made whole
+    bert = with_pooler(discriminator.encoder, derived_seed(cfg.seed, _POOLER_SEED))
+    for name, part in (("model", bert), ("discriminator", discriminator), ("generator", model.generator)):
         write_model_copy(part, out / name, tokenizer, render(pretrain_card(cfg, records, name)))
     return f"model in {out / 'model'}, ELECTRA's discriminator and generator beside it"

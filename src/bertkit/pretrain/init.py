@@ -48,7 +48,7 @@ def initialise(model: nn.Module, how: str) -> nn.Module:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             module.weight.normal_(0.0, std)
     for module in model.modules():  # after the loop above, which visits the tables too
-        if isinstance(module, Embeddings):
+        if isinstance(module, Embeddings) and module.position is not None:  # rotary and relative models have none
             P, C = module.position.weight.shape
             module.position.weight.copy_(sinusoids(P, C) * std * math.sqrt(2))  # entries of RMS std
     return model

@@ -47,7 +47,7 @@ from bertkit.pretrain.setup import (
     open_data,
     run_record,
 )
-from bertkit.train.checkpoint import latest_checkpoint, remove_partial, save_checkpoint
+from bertkit.train.checkpoint import check_checkpoint_space, latest_checkpoint, remove_partial, save_checkpoint
 from bertkit.train.compile import compile_blocks
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
 from bertkit.train.optim import lr_at, lr_at_time, warmup_steps
@@ -155,6 +155,8 @@ def _run(cfg: TrainConfig, device: torch.device, d: Dist) -> int:
         changes = check_resume(cfg, checkpoint.path, train.manifest)
     barrier(d)  # every rank has checked the run folder before rank 0 writes into it
     model, optimizer = build_model(cfg, train.manifest, checkpoint, device)
+    if d.is_main:  # refuse early, with the numbers, when the disk cannot hold the checkpoints the run keeps
+        check_checkpoint_space(cfg.out, model, cfg.keep)
     objective = build_objective(cfg, train.manifest, tokenizer)
     start = checkpoint.step if checkpoint is not None else 0
     if d.is_main and cfg.overwrite:

@@ -46,21 +46,27 @@ class Objective:
         self.seed = seed
 
     @property
+    def pair(self) -> str | None:
+        """The sentence-pair task beside masked LM: "nsp" (BERT), "sop" (ALBERT's sentence order), or None."""
+        return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(self.name)
+
+    @property
     def nsp(self) -> bool:
-        return self.name == "mlm+nsp"
+        """A pair task on the pooled [CLS] (next sentence or sentence order): the head is the same."""
+        return self.pair is not None
 
     @property
     def losses(self) -> dict[str, tuple[str, float]]:
         """Each summed loss of `loss_sums` -> (its name in the metrics, its weight in the loss)."""
         token = ("next_token_loss" if self.name == "ltr" else "mlm_loss", 1.0)
-        return {"token_loss": token, "nsp_loss": ("nsp_loss", 1.0)} if self.nsp else {"token_loss": token}
+        return {"token_loss": token, "nsp_loss": (f"{self.pair}_loss", 1.0)} if self.nsp else {"token_loss": token}
 
     @property
     def accuracies(self) -> dict[str, tuple[str, ...]]:
         """The accuracies `loss_sums(accuracy=True)` counts beside each loss, as "{name}_correct"
         out of "{name}_seen"; reported as "{name}_accuracy"."""
         token = ("next_token",) if self.name == "ltr" else ("mlm",)
-        return {"token_loss": token, "nsp_loss": ("nsp",)} if self.nsp else {"token_loss": token}
+        return {"token_loss": token, "nsp_loss": (self.pair,)} if self.nsp else {"token_loss": token}
 
     @property
     def logged(self) -> tuple[str, ...]:
@@ -110,7 +116,7 @@ class Objective:
             sums |= _counted(token, out.logits.argmax(-1) == _labelled(inputs["labels"]))
             if self.nsp:
                 target = nsp["next_sentence_label"].reshape(-1)
-                sums |= _counted("nsp", out.seq_relationship_logits.argmax(-1) == target)
+                sums |= _counted(self.pair, out.seq_relationship_logits.argmax(-1) == target)
         return sums
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
@@ -171,7 +177,38 @@ class ElectraObjective(Objective):
             sums |= _counted("mlm", out.mlm_logits.argmax(-1) == _labelled(inputs["labels"]))
             sums |= _counted("replaced", guessed, replaced & real)
             sums |= _counted("original", ~guessed, ~replaced & real)
+            if not model.training:  # validation: the discriminator's scores, for the ROC AUC
+                p = out.rtd_logits.detach().float().sigmoid()
+                sums["auc_replaced"] = _histogram(p[replaced & real])
+                sums["auc_original"] = _histogram(p[~replaced & real])
         return sums
+
+    def metrics(self, sums: dict, counts: dict) -> dict[str, float]:
+        """As `Objective.metrics`, and at validation the replaced-token ROC AUC: how well the
+        discriminator's scores rank replaced above original tokens (0.5 is chance), the measure
+        an lr is chosen by (a collapsed discriminator can have high accuracy at originals)."""
+        out = super().metrics(sums, counts)
+        if "auc_replaced" in sums:
+            out["rtd_auc"] = roc_auc(sums["auc_replaced"], sums["auc_original"])
+        return out
+
+
+AUC_BINS = 2048  # the ROC AUC from score histograms: exact up to ties within 1/2048 of probability
+
+
+def _histogram(p: Tensor) -> Tensor:
+    """(AUC_BINS,) counts of probabilities in [0, 1]."""
+    return torch.histc(p, bins=AUC_BINS, min=0.0, max=1.0)
+
+
+def roc_auc(positive, negative) -> float:
+    """ROC AUC from two histograms over the same bins: P(a positive scores above a negative),
+    ties (the same bin) counted half; 0.5 when either class is empty."""
+    pos, neg = np.asarray(positive, dtype=np.float64), np.asarray(negative, dtype=np.float64)
+    if pos.sum() == 0 or neg.sum() == 0:
+        return 0.5
+    below = np.cumsum(neg) - neg  # negatives in lower bins
+    return float((pos * (below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
 
 
 def _generator(device: torch.device, *seed_parts: int) -> torch.Generator:
@@ -217,4 +254,5 @@ def evaluate(model, objective: Objective, dataset, device: torch.device, samples
     model.train(was_training)
     if n == 0:
         return {}
-    return objective.metrics({k: v.item() for k, v in sums.items()}, {k: v.item() for k, v in counts.items()})
+    return objective.metrics({k: v.item() if v.numel() == 1 else v.tolist() for k, v in sums.items()},
+                             {k: v.item() for k, v in counts.items()})

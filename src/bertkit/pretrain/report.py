@@ -69,7 +69,7 @@ class Throughput:
 
     def __init__(self, model, cfg, seq_len: int, device: torch.device, step: int, elapsed: float, size: int):
         """`size`: the length of what each step adds (`Objective.logged`)."""
-        self.flops_per_step = _useful_flops(model, cfg, seq_len)
+        self.flops_per_step = useful_flops(model, cfg, seq_len)
         self.peak = peak_flops(device, cfg.precision)
         self.tokens_per_step = cfg.batch_size * seq_len
         self.losses = torch.zeros(size, device=device)
@@ -97,13 +97,16 @@ class Throughput:
                 "steps_per_s": 1 / per_step}
 
 
-def _useful_flops(model, cfg, seq_len: int) -> float:
+def useful_flops(model, cfg, seq_len: int) -> float:
     """The benchmark's useful-FLOP accounting (bertkit.flops) of a step: encoder matrices,
-    attention, and the MLM head at the labelled positions only; for ELECTRA, the generator so and
-    the discriminator at every token (its small RTD head not counted)."""
+    attention, and the MLM head at the labelled positions only (left to right: at every position);
+    for ELECTRA, the generator so and the discriminator at every token (its small RTD head not
+    counted)."""
     from bertkit.pretrain.build import generator_of
 
-    labelled = round(cfg.batch_size * seq_len * cfg.mask_rate)
+    # the positions the head predicts: every next token left to right, else the masked share
+    per_sequence = seq_len - 1 if cfg.objective == "ltr" else seq_len * cfg.mask_rate
+    labelled = round(cfg.batch_size * per_sequence)
     lengths = [seq_len] * cfg.batch_size
     generator = generator_of(model)
     if generator is None:

@@ -16,11 +16,17 @@ A passage longer than the model's tokens is cut, or read in windows (`bertkit.lo
 pooled into one vector, or with `chunks` kept as one vector per window, `owners.npy` naming each
 vector's passage; a passage then scores as its best chunk (the graph proposes 4x the candidates,
 so that k distinct passages remain after grouping). A first pass counts the chunks, so the vector
-file is sized before any is written.
+file is sized (and its disk space taken) before any is written.
+
+A build records how far it got in progress.json after each chunk (the passages embedded, the
+vectors filled, the long-input reports), so a stopped build continues with `resume`: the same
+settings (else a UserError naming each that differs), the chunks done skipped, the graph rebuilt
+from the stored vectors. The vectors it writes are those of an uninterrupted build.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -29,11 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.io import read_json, write_json
+from bertkit.io import WriteError, read_json, write_json
 from bertkit.search.passages import PassageStore, read_passages, write_store
-from bertkit.search.vectors import DTYPES, SCAN_ROWS, Vectors, VectorWriter
+from bertkit.search.vectors import DTYPES, SCAN_ROWS, Vectors, VectorWriter, open_rows
 
 META = "meta.json"
+PROGRESS = "progress.json"  # while a build runs: how far it got
 OWNERS = "owners.npy"  # with chunks: the passage of each vector
 ANN_FILE = "ann.usearch"
 FORMAT = "bertkit-search-index"
@@ -52,6 +59,7 @@ class IndexSettings:
     expansion_search: int = 64  # HNSW beam width while searching
     threads: int = 1  # usearch threads while building
     chunks: bool = False  # one vector per window of a long passage (the encoder's policy must be windows)
+    graph_size: int = 0  # vectors per HNSW graph, several graphs searched and merged (0: one); index --vectors
 
 
 def _new_graph(dim: int, settings: IndexSettings):
@@ -63,26 +71,26 @@ def _new_graph(dim: int, settings: IndexSettings):
 
 
 def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settings: IndexSettings = IndexSettings(),
-                progress: bool = True) -> dict:
-    """Embed every passage of `docs` into the folder `out` (which must exist); returns the meta."""
+                progress: bool = True, resume: bool = False) -> dict:
+    """Embed every passage of `docs` into the folder `out` (which must exist); returns the meta.
+    `resume`: continue the build progress.json in `out` records."""
     if settings.dtype not in DTYPES:
         raise UserError(f"vector storage must be one of {', '.join(DTYPES)}, not {settings.dtype!r}")
     if settings.chunks and not encoder.policy.windows:
         raise UserError("chunks need the windows policy (--long-inputs windows)")
     out, start = Path(out), time.perf_counter()
-    count = write_store(read_passages(docs), out)
-    if count == 0:
-        raise UserError("no passages to index", docs)
     dim = encoder.model.config.hidden_size
-    store = PassageStore(out)
-    rows = count
-    if settings.chunks:
-        rows = sum(int(encoder.count_chunks(texts).sum()) for _, texts in store.batches(settings.chunk))
-    writer = VectorWriter(out, rows, dim, settings.dtype)
+    state = _resumed(out, docs, encoder, settings) if resume else None
+    if state is None:
+        state = _start(out, docs, encoder, settings)
+    rows = state["rows"]
+    writer = VectorWriter(out, rows, dim, settings.dtype, filled=state["filled"])
     graph = _new_graph(dim, settings) if rows >= settings.ann_threshold else None
-    owners = np.lib.format.open_memmap(out / OWNERS, mode="w+", dtype=np.int64, shape=(rows,)) \
-        if settings.chunks else None
-    report = _embed_store(store, encoder, settings, writer, graph, owners, progress)
+    if graph is not None and state["filled"]:  # a continued build: the graph of the vectors written
+        graph.add(np.arange(state["filled"]), Vectors(out).rows(0, state["filled"]), threads=settings.threads)
+    owners = open_rows(out / OWNERS, np.int64, (rows,), state["filled"]) if settings.chunks else None
+    store = PassageStore(out)
+    report = _embed_store(store, encoder, settings, _Build(out, state, writer, graph, owners), progress)
     writer.close()
     store.close()
     if owners is not None:
@@ -91,40 +99,128 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
         graph.save(str(out / ANN_FILE))
     meta = {"format": FORMAT, "version": 1, "model": str(Path(encoder.model_dir).resolve()),
             "pooling": encoder.pooling, "precision": encoder.precision, "normalized": True,
-            "max_length": encoder.max_length, "count": count, "vectors": rows, "chunks": settings.chunks,
+            "max_length": encoder.max_length, "count": state["count"], "vectors": rows, "chunks": settings.chunks,
             "dim": dim, "dtype": settings.dtype, "cut": 0 if encoder.policy.windows else report.long,
             "long_inputs": encoder.policy.name, "window_stride": encoder.policy.stride,
             "long_inputs_report": report.as_dict(), "source": str(docs),
             "ann": None if graph is None else {"library": "usearch", "file": ANN_FILE, **asdict(settings)},
-            "build_seconds": round(time.perf_counter() - start, 3)}
+            "build_seconds": round(state["seconds"] + time.perf_counter() - start, 3)}
     write_json(out / META, meta)
+    (out / PROGRESS).unlink()
     return meta
 
 
-def _embed_store(store: PassageStore, encoder, settings: IndexSettings, writer: VectorWriter, graph, owners,
-                 progress: bool):
-    """Embed the store chunk by chunk into `writer` (and `graph`, and `owners` with chunks); the
-    long-input report of all of it."""
+def _identity(docs, encoder, settings: IndexSettings) -> dict:
+    """What a continued build must share with the one it continues."""
+    return {"docs": str(Path(docs).resolve()), "model": str(Path(encoder.model_dir).resolve()),
+            "pooling": encoder.pooling, "max_length": encoder.max_length, "precision": encoder.precision,
+            "batch_size": encoder.batch_size,
+            "long_inputs": encoder.policy.name, "window_stride": encoder.policy.stride,
+            **{k: v for k, v in asdict(settings).items() if k != "threads"}}
+
+
+def _start(out: Path, docs, encoder, settings: IndexSettings) -> dict:
+    """A new build: the passage store, the number of vectors, the disk space they need."""
+    from bertkit.io import check_free_space, size_text
+
+    count = write_store(read_passages(docs), out)
+    if count == 0:
+        raise UserError("no passages to index", docs)
+    rows = count
+    if settings.chunks:
+        store = PassageStore(out)
+        rows = sum(int(encoder.count_chunks(texts).sum()) for _, texts in store.batches(settings.chunk))
+        store.close()
+    dim, width = encoder.model.config.hidden_size, np.dtype(DTYPES[settings.dtype]).itemsize
+    needed = rows * (dim * width + 8 * settings.chunks + 4 * (settings.dtype == "int8"))
+    if rows >= settings.ann_threshold:
+        needed += rows * (dim * width + 16 * settings.connectivity)  # the graph: a copy and its edges
+    check_free_space(out, needed, f"{rows:,} vectors of {dim} {settings.dtype} ({size_text(needed)} with the graph)")
+    state = {"identity": _identity(docs, encoder, settings), "count": count, "rows": rows, "done": 0, "filled": 0,
+             "reports": [], "seconds": 0.0}
+    write_json(out / PROGRESS, state)  # from here on the build can be continued
+    return state
+
+
+def _resumed(out: Path, docs, encoder, settings: IndexSettings) -> dict | None:
+    """The recorded progress of a stopped build in `out`, checked against this one; None without one."""
+    if not (out / PROGRESS).is_file():
+        return None
+    from bertkit.finetune.resume import differences
+
+    state = read_json(out / PROGRESS, "an index build's progress")
+    changed = differences(state.get("identity", {}), _identity(docs, encoder, settings),
+                          {"docs": "--input", "chunks": "--best-chunk"})
+    if changed:
+        raise UserError(f"--resume with settings that differ from the build it continues: {'; '.join(changed)} "
+                        f"(give its own settings, or --overwrite to start again)", out)
+    return state
+
+
+@dataclass
+class _Build:
+    """Where the vectors go, and the progress record written after each chunk."""
+
+    out: Path
+    state: dict
+    writer: VectorWriter
+    graph: object
+    owners: np.ndarray | None
+
+    def chunk_done(self, passages: int, report: dict, seconds: float) -> None:
+        if not (self.out / PROGRESS).is_file():  # writing on would recreate the folder without its vectors
+            raise WriteError(errno.ENOENT, "the index folder was deleted while it was built", self.out,
+                             kept="nothing of this build (its folder is gone)")
+        self.writer.flush()
+        if self.owners is not None:
+            self.owners.flush()
+        self.state.update(done=self.state["done"] + passages, filled=self.writer.filled,
+                          reports=[*self.state["reports"], report], seconds=self.state["seconds"] + seconds)
+        write_json(self.out / PROGRESS, self.state)
+
+
+def _embed_store(store: PassageStore, encoder, settings: IndexSettings, build: _Build, progress: bool):
+    """Embed the store chunk by chunk, after the ones a stopped build did, into the build's vectors
+    (and graph, and owners with chunks); the long-input report of all of it."""
     from tqdm import tqdm
 
     from bertkit.long_inputs import LongReport, merge_reports
 
-    reports, done = [], 0
-    with tqdm(total=len(store), unit="passage", desc="indexing", disable=not progress, smoothing=0.05) as bar:
+    done, writer, owners = 0, build.writer, build.owners
+    with tqdm(total=len(store), initial=build.state["done"], unit="passage", desc="indexing", disable=not progress,
+              smoothing=0.05) as bar:
         for _, texts in store.batches(settings.chunk):
-            report: dict = {}
+            done += len(texts)
+            if done <= build.state["done"]:
+                continue
+            began, report = time.perf_counter(), {}
             if owners is not None:
                 vectors, owner = encoder.encode(texts, report=report, chunks=True)
-                owners[writer.filled:writer.filled + len(vectors)] = owner + done
+                owners[writer.filled:writer.filled + len(vectors)] = owner + done - len(texts)
             else:
                 vectors = encoder.encode(texts, report=report)
-            reports.append(LongReport.from_dict(report))
-            if graph is not None:
-                graph.add(np.arange(writer.filled, writer.filled + len(vectors)), vectors, threads=settings.threads)
+            if build.graph is not None:
+                build.graph.add(np.arange(writer.filled, writer.filled + len(vectors)), vectors,
+                                threads=settings.threads)
             writer.add(vectors)
-            done += len(texts)
+            build.chunk_done(len(texts), LongReport.from_dict(report).as_dict(), time.perf_counter() - began)
             bar.update(len(texts))
+    reports = [LongReport.from_dict(r) for r in build.state["reports"]]
     return merge_reports(reports, encoder.policy.name, reports[0].limit)
+
+
+def describe_partial(out: str | os.PathLike) -> str | None:
+    """What a stopped build of `out` left for --resume, for a message; None when there is none."""
+    from bertkit.io import partial_dir
+
+    path = partial_dir(out)
+    if not (path / PROGRESS).is_file():
+        return None
+    try:
+        state = read_json(path / PROGRESS, "an index build's progress")
+        return f"an unfinished index ({state['done']:,} of {state['count']:,} passages embedded) is kept in {path}"
+    except (UserError, KeyError):
+        return f"an unfinished index is kept in {path}"
 
 
 def read_meta(folder: str | os.PathLike) -> dict:
@@ -139,20 +235,25 @@ def read_meta(folder: str | os.PathLike) -> dict:
 
 
 class SearchIndex:
-    """An index folder opened for queries: vectors and graph memory-mapped, passages seeked."""
+    """An index folder opened for queries: vectors and graph(s) memory-mapped (`in_memory`: read
+    whole into memory instead), passages seeked. An index of several graphs (`graph_size`) asks
+    each for candidates and rescores their union."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, in_memory: bool = False):
         self.folder = Path(folder)
         self.meta = read_meta(self.folder)
-        self.vectors = Vectors(self.folder)
+        self.vectors = Vectors(self.folder, in_memory)
         self.passages = PassageStore(self.folder)
         self.owners = np.load(self.folder / OWNERS, mmap_mode="r") if self.meta.get("chunks") else None
-        self.graph = None
+        self.graphs = []
         if self.meta.get("ann"):
             from usearch.index import Index
 
-            self.graph = Index.restore(str(self.folder / self.meta["ann"]["file"]), view=True)
-            self.graph.expansion_search = self.meta["ann"]["expansion_search"]
+            for name in self.meta["ann"].get("files") or [self.meta["ann"]["file"]]:
+                graph = Index.restore(str(self.folder / name), view=not in_memory)
+                graph.expansion_search = self.meta["ann"]["expansion_search"]
+                self.graphs.append(graph)
+        self.graph = self.graphs[0] if self.graphs else None
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -197,12 +298,16 @@ class SearchIndex:
     def _graph_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best k stored vectors: the graph's candidates rescored exactly."""
         want = min(len(self.vectors), max(2 * k, 32))
-        found = self.graph.search(queries, want)
-        if hasattr(found, "counts"):  # several queries: BatchMatches (Q, want) with a count per row
-            keys, counts = np.asarray(found.keys, dtype=np.int64), np.asarray(found.counts).reshape(-1)
-        else:  # one query: Matches holds only the keys found
-            keys, counts = np.asarray(found.keys, dtype=np.int64).reshape(1, -1), [len(found.keys)]
-        rows = [self.vectors.rescore(q[None], keys[i, :counts[i]][None], k) for i, q in enumerate(queries)]
+        candidates = [[] for _ in queries]
+        for graph in self.graphs:
+            found = graph.search(queries, min(want, len(graph)))
+            if hasattr(found, "counts"):  # several queries: BatchMatches (Q, want) with a count per row
+                keys, counts = np.asarray(found.keys, dtype=np.int64), np.asarray(found.counts).reshape(-1)
+            else:  # one query: Matches holds only the keys found
+                keys, counts = np.asarray(found.keys, dtype=np.int64).reshape(1, -1), [len(found.keys)]
+            for i in range(len(queries)):
+                candidates[i].append(keys[i, :counts[i]])
+        rows = [self.vectors.rescore(q[None], np.concatenate(candidates[i])[None], k) for i, q in enumerate(queries)]
         k_out = min(len(r[0][0]) for r in rows)
         return (np.vstack([r[0][:, :k_out] for r in rows]), np.vstack([r[1][:, :k_out] for r in rows]))
 

@@ -27,7 +27,8 @@ PASSAGES = "passages.jsonl"
 OFFSETS = "offsets.npy"
 
 
-def _json_passage(line: str, path: Path, number: int) -> tuple[str, str] | None:
+def json_passage(line: str, path: Path, number: int) -> tuple[str, str] | None:
+    """(id, text) of one JSONL line (None when blank); a UserError naming the file and line otherwise."""
     if not line.strip():
         return None
     row = json_object(line, path, number)
@@ -50,7 +51,7 @@ def read_passages(path: str | os.PathLike) -> Iterator[tuple[str, str]]:
     seen: set[str] = set()
     for number, line in enumerate(read_lines(path), start=1):
         if is_json:
-            found = _json_passage(line, path, number)
+            found = json_passage(line, path, number)
         else:
             found = (str(number), line.strip()) if line.strip() else None
         if found is None:

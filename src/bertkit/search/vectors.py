@@ -30,15 +30,27 @@ def quantize(rows: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | Non
     return rows.astype(DTYPES[dtype]), None
 
 
-class VectorWriter:
-    """Fill an (N, D) vector file chunk by chunk, in order."""
+def open_rows(path: Path, dtype, shape: tuple[int, ...], filled: int = 0) -> np.memmap:
+    """A memory-mapped .npy to fill: new, with its disk space taken now (a full disk is an OSError
+    here, not a SIGBUS when a page is first written), or, when `filled` rows are already written,
+    the existing file reopened."""
+    if filled:
+        return np.lib.format.open_memmap(path, mode="r+")
+    rows = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    with open(path, "r+b") as f:
+        os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    return rows
 
-    def __init__(self, folder: Path, count: int, dim: int, dtype: str):
+
+class VectorWriter:
+    """Fill an (N, D) vector file chunk by chunk, in order; `filled` rows already written continue
+    a stopped build."""
+
+    def __init__(self, folder: Path, count: int, dim: int, dtype: str, filled: int = 0):
         self.dtype = dtype
-        self.rows = np.lib.format.open_memmap(folder / VECTORS, mode="w+", dtype=DTYPES[dtype], shape=(count, dim))
-        self.scales = (np.lib.format.open_memmap(folder / SCALES, mode="w+", dtype=np.float32, shape=(count,))
-                       if dtype == "int8" else None)
-        self.filled = 0
+        self.rows = open_rows(folder / VECTORS, DTYPES[dtype], (count, dim), filled)
+        self.scales = open_rows(folder / SCALES, np.float32, (count,), filled) if dtype == "int8" else None
+        self.filled = filled
 
     def add(self, chunk: np.ndarray) -> None:
         stored, scales = quantize(chunk, self.dtype)
@@ -48,20 +60,24 @@ class VectorWriter:
             self.scales[self.filled:end] = scales
         self.filled = end
 
-    def close(self) -> None:
+    def flush(self) -> None:
         self.rows.flush()
         if self.scales is not None:
             self.scales.flush()
+
+    def close(self) -> None:
+        self.flush()
         del self.rows, self.scales
 
 
 class Vectors:
     """An index's stored vectors, memory-mapped; `rows` dequantises, `top_k` scans exactly."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, in_memory: bool = False):
         folder = Path(folder)
-        self.data = np.load(folder / VECTORS, mmap_mode="r", allow_pickle=False)
-        self.scales = (np.load(folder / SCALES, mmap_mode="r", allow_pickle=False)
+        mode = None if in_memory else "r"  # in memory: read whole, else paged in from disk as scored
+        self.data = np.load(folder / VECTORS, mmap_mode=mode, allow_pickle=False)
+        self.scales = (np.load(folder / SCALES, mmap_mode=mode, allow_pickle=False)
                        if (folder / SCALES).is_file() else None)
 
     def __len__(self) -> int:

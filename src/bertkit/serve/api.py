@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.serve import compat, openai, routes, schemas, spans
+from bertkit.serve import compat, openai, routes, schemas, search, spans
 from bertkit.serve.requests import ERROR_TYPES
 
 
@@ -46,6 +46,8 @@ ROUTES = {r.path: r for r in (
     Route("/ner", spans.ner, "Named entities with character offsets", schemas.NER, schemas.NER_OUT),
     Route("/qa", spans.qa, "Extractive question answering", schemas.QA, schemas.QA_OUT),
     Route("/fill-mask", spans.fill_mask, "Guesses for each [MASK]", schemas.FILL_MASK, schemas.FILL_MASK_OUT),
+    Route("/search", search.search, "The passages of the served index nearest each query (bertkit search)",
+          schemas.SEARCH, schemas.SEARCH_OUT),
 )}
 GETS = {"/health": ("200 once the models are loaded, 503 before and while draining", schemas.HEALTH_OUT),
         "/info": ("Served models, their kinds, routes and limits", schemas.INFO_OUT)}

@@ -56,13 +56,15 @@ class ModelSpec:
     precision: str = "fp32"  # "bf16": the torch backend runs under bf16 autocast (`devices.autocast`)
     policy: Policy = field(default_factory=Policy)  # windows' stride and aggregation, as fine-tuned (finetune.json)
     threshold: float | None = None  # a multi-label classifier's decision threshold on each sigmoid; None: single-label
+    index: object = None  # a `search.index.SearchIndex` served on /search (`serve --index`, `serve.search`)
 
     @property
     def routes(self) -> tuple[str, ...]:
         extra = KIND_ROUTES[self.kind]
         if self.kind == "classifier" and self.config.num_labels == 1:
             extra = (*extra, "/rerank")
-        return (*TEXT_ROUTES, *(EMBED_ROUTES if self.embeds else ()), *extra)
+        search = ("/search",) if self.index is not None else ()
+        return (*TEXT_ROUTES, *(EMBED_ROUTES if self.embeds else ()), *extra, *search)
 
     @property
     def regression(self) -> bool:
@@ -73,7 +75,9 @@ class ModelSpec:
                 "max_input_length": self.max_length, "pooling": self.pooling, "labels": self.labels,
                 "precision": self.precision, "int8": self.int8, "window_stride": self.policy.stride,
                 "aggregate": self.policy.aggregate, "threshold": self.threshold,
-                "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers}
+                "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers,
+                "index": None if self.index is None else {"path": str(self.index.folder), "passages": len(self.index),
+                                                          "graphs": len(self.index.graphs)}}
 
 
 def _kind(heads: list[str], architectures: list[str], task: str | None) -> str:

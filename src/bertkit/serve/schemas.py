@@ -93,6 +93,13 @@ ROOT = {"anyOf": [EMBED, SIMILARITY, RERANK, PREDICT, NER, QA, FILL_MASK,
 ROOT_OUT = {"anyOf": [EMBED_OUT, SIMILARITY_OUT, RERANK_OUT, PREDICT_OUT, NER_OUT, QA_OUT, FILL_MASK_OUT,
                       arr(arr(PREDICTION)), arr(HF_GUESS), arr(arr(HF_GUESS))]}
 
+SEARCH = obj(("query",), query=TEXTS, top_k={"type": "integer", "minimum": 1, "maximum": 1000}, exact=BOOL,
+             truncate=BOOL, model=STR, **LONG)
+SEARCH_HITS = obj(("query", "hits"), query={"type": "string"},
+                  hits=arr(obj(("rank", "id", "score", "text"), rank=INT, id={"type": "string"}, score=NUM,
+                               text={"type": "string"})))
+SEARCH_OUT = one_of(SEARCH_HITS, arr(SEARCH_HITS, 1))
+
 HEALTH_OUT = obj(("status",), status={"type": "string"})
 INFO_OUT = obj(("version", "phase", "backend", "default_model", "models", "limits"), version={"type": "string"},
                phase={"type": "string"}, backend={"type": "string"}, default_model={"type": "string"},
