@@ -97,6 +97,11 @@ ARMS = {
     "one-layer": {"overrides": {"num_hidden_layers": 1}, **LATER},
     "width64-one-cycle": {"overrides": {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256},
                           "train": {"warmup": 0.5}, **LATER},
+    "one-layer-one-cycle": {"overrides": {"num_hidden_layers": 1}, "train": {"warmup": 0.5}, **LATER},
+    "one-layer-width64": {"overrides": {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2,
+                                        "intermediate_size": 256}, **LATER},
+    "one-layer-width192": {"overrides": {"num_hidden_layers": 1, "hidden_size": 192, "num_attention_heads": 3,
+                                         "intermediate_size": 768}, **LATER},
     "width48": {"overrides": {"hidden_size": 48, "num_attention_heads": 2, "intermediate_size": 192}, **LATER},
     "width64-3layers": {"overrides": {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256,
                                       "num_hidden_layers": 3}, **LATER},
@@ -364,6 +369,32 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(results: dict, dest: Path) -> None:
+    """Left: validation MLM accuracy against seconds on the AVX2 core, one line per arm (the
+    reference and the arms that pass 20% drawn bold). Right: each arm's final MLM accuracy
+    against its 4-label probe."""
+    from bertkit.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, (curves, final) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = iter(plt.get_cmap("tab10").colors)
+    for name, r in results["arms"].items():
+        points = r["curve"] if isinstance(r["curve"], list) else [r["curve"]]
+        bold = name == "reference" or r["steps_to_goal"]
+        style = {"lw": 2, "color": next(colours), "label": name} if bold else {"lw": 0.7, "color": "grey", "alpha": 0.5}
+        curves.plot([q["seconds"] for q in points], [100 * q["mlm"] for q in points], **style)
+        final.scatter(100 * r["final_mlm"], r["probe"]["4"]["mean"], s=14)
+        final.annotate(name, (100 * r["final_mlm"], r["probe"]["4"]["mean"]), fontsize=6, xytext=(2, 2),
+                       textcoords="offset points")
+    curves.axhline(100 * GOAL, color="grey", ls=":", lw=1)
+    curves.set(xlabel="seconds on the AVX2 core (fp32, one thread)", ylabel="validation MLM accuracy (%)",
+               title=f"{results['shape']} shape: each lever at equal time")
+    curves.plot([], [], lw=0.7, color="grey", label="every other arm")
+    curves.legend(fontsize=7)
+    final.set(xlabel="final validation MLM accuracy (%)", ylabel="4-label topic probe (%)", title="where each arm ends")
+    save_figure(fig, dest)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     shape = SHAPES[args.shape]
@@ -396,6 +427,7 @@ def main(argv=None) -> int:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(results, indent=1))
             print(f"  scored {name}: final MLM {r['final_mlm']}, probe-4 {r['probe']['4']['mean']}", flush=True)
+    plot(results, out.with_suffix(".png"))
     print(table(results))
     return 0
 

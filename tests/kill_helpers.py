@@ -51,6 +51,17 @@ class Child:
         self.wait()
 
 
+def _own_progress_bar_lock() -> None:
+    """tqdm's write lock is a multiprocessing lock that a forked child shares with the test process:
+    a child killed while holding it (mid-bar) would leave the next bar in the test process waiting
+    forever. The child takes a lock of its own."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
 def _child(argv: list[str], cwd: Path, log: Path) -> None:
     """In the forked child: the command's output to `log`, run it, exit with its status (never return)."""
     code = 70
@@ -61,6 +72,7 @@ def _child(argv: list[str], cwd: Path, log: Path) -> None:
         sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # noqa: SIM115 - until os._exit
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _own_progress_bar_lock()
         os.chdir(cwd)
         code = main(argv)
     except BaseException:  # whatever it was, the log says it and the status shows it

@@ -11,7 +11,7 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.demo.labels import budget_draws, label_budget_table, probe_accuracy
-from bertkit.demo.plan import MARGIN_SECONDS, DemoPlan, choose_threads
+from bertkit.demo.plan import MARGIN_SECONDS, NARROW, NARROW_BELOW_STEPS, NARROW_NAME, DemoPlan, Machine, choose_threads
 from bertkit.demo.senses import SENSES, occurrences, separation, snippet
 
 # Four occurrences, senses a a b b; occurrence 3 is closer to 0 (other sense) than to 2.
@@ -108,6 +108,26 @@ def test_pretraining_gets_what_the_budget_leaves():
     assert plan.pretrain_seconds(30, 1000, slowdown=3) < plan.pretrain_seconds(30, 1000)  # a busy machine
     assert DemoPlan(minutes=0.1).pretrain_seconds(30, 1000) == 6.0  # never below a few seconds
     assert choose_threads(3) == 3 and 1 <= choose_threads() <= 2
+
+
+def test_the_plan_narrows_the_model_and_quantises_the_side_process_on_a_slow_machine():
+    """A budget of fewer than NARROW_BELOW_STEPS tiny steps takes the narrow shape (a model that
+    loads as BERT: only sizes change), a slow MiniLM the int8 side process, a bf16 CPU bf16; each
+    choice comes with its reason, and `shape` forces either."""
+    plan = DemoPlan()
+    fast = Machine("bf16 core", bf16=True, threads=1, step_seconds=0.08, minilm_seconds=0.06, slowdown=1.0)
+    slow = Machine("AVX2 core", bf16=False, threads=1, step_seconds=0.45, minilm_seconds=0.15, slowdown=2.5)
+    chosen = plan.choose(fast, 600)  # 7,500 steps
+    assert (chosen.overrides, chosen.side_precision, len(chosen.reasons)) == ({}, "bf16", 1)
+    chosen = plan.choose(slow, 600)  # 1,333 steps
+    assert chosen.overrides == NARROW and chosen.side_precision == "int8"
+    assert "1,333 steps" in chosen.reasons[0] and NARROW_NAME in chosen.reasons[1] and "int8" in chosen.reasons[2]
+    assert set(NARROW) <= {"num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"}
+    assert plan.choose(slow, 0.45 * NARROW_BELOW_STEPS).overrides == {}  # exactly enough steps: the preset
+    assert DemoPlan(shape="tiny").choose(slow, 600).overrides == {}
+    assert DemoPlan(shape="narrow").choose(fast, 600).overrides == NARROW
+    quiet = Machine("AVX2 core", bf16=False, threads=1, step_seconds=0.45, minilm_seconds=0.07, slowdown=1.2)
+    assert plan.choose(quiet, 600).side_precision == "fp32"
 
 
 def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):

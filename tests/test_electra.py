@@ -394,7 +394,7 @@ def test_gdes_sends_no_rtd_gradient_into_the_shared_table_and_the_mlm_loss_does(
     generator's loss reaches E_G; E_delta starts at zero, so the first step's inputs equal tied sharing's."""
     tied = _tiny_pair(3).eval()
     pair = _tiny_pair(3).disentangle().eval()
-    ids, masked, labels, mask = _masked_batch(4)
+    _ids, masked, labels, mask = _masked_batch(4)
     u = torch.rand(B, T, generator=torch.Generator().manual_seed(5))
     out, ref = pair(masked, mask, labels=labels, uniforms=u), tied(masked, mask, labels=labels, uniforms=u)
     assert torch.equal(out.rtd_logits, ref.rtd_logits)  # delta is zero: the same discriminator inputs

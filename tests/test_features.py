@@ -97,7 +97,7 @@ def test_long_inputs_are_cut_with_one_note_and_overwrite_replaces(tiny_dir, tmp_
     assert ("bertkit embed: note: 1 of 3 inputs were longer than 16 tokens and were cut to them (--long-inputs "
             "windows reads them whole)\n") in err, err
     assert err.count("note:") == 1
-    assert cli([*features, "--layers", "-1", "--max-length", "512"]) == 0  # above the model's 64: cut to those
+    assert cli([*features, "--layers", "-1"]) == 0  # the default 128 is above the model's 64: cut to those
     err = capsys.readouterr().err
     assert err.count("note:") == 1 and "1 of 3 inputs were longer than 64 tokens" in err, err
     with np.load(tmp_path / "f.npz") as f:

@@ -50,7 +50,7 @@ def _ft(inputs: dict, out: str) -> list[str]:
 
 def _di(inputs: dict, out: str) -> list[str]:
     return ["distill", "--teacher", inputs["teacher"], "--task", "sst2", "--student-preset", "teacher",
-            "--student-layers", "1", "--train", inputs["train"], "--dev", inputs["dev"], "--out", out, "--epochs", "3",
+            "--student-layers", "1", "--train", inputs["train"], "--dev", inputs["dev"], "--out", out, "--epochs", "6",
             "--batch-size", "8", "--save-every", "2", "--no-progress", "--threads", "1"]
 
 
@@ -61,7 +61,7 @@ def _tu(inputs: dict, out: str) -> list[str]:
 
 
 def _pt(inputs: dict, out: str) -> list[str]:
-    return tiny_args(Path(inputs["data"]), Path(out), "--steps", "40", "--save-every", "4", "--eval-samples", "0",
+    return tiny_args(Path(inputs["data"]), Path(out), "--steps", "100", "--save-every", "4", "--eval-samples", "0",
                      "--log-every", "1", "--keep", "3", "--threads", "1")
 
 
@@ -72,7 +72,7 @@ def _ix(inputs: dict, out: str) -> list[str]:
 
 def _ab(inputs: dict, out: str) -> list[str]:
     return ["ablate", "--corpus", inputs["corpus"], "--data-dir", inputs["ablate_data"], "--out", out, "--scale",
-            "tiny", "--only", "t5-bert", "--tasks", "mrpc", "--seeds", "1,2", "--threads", "1"]
+            "tiny", "--only", "t5-bert", "--tasks", "mrpc", "--seeds", "1,2,3", "--threads", "1"]
 
 
 def _newest_step(folder: Path) -> int:
@@ -116,11 +116,11 @@ class Command:
 
 
 COMMANDS = {
-    "pretrain": Command(_pt, lambda root: _newest_step(root / "out" / "checkpoints"), list(range(4, 40, 4)),
+    "pretrain": Command(_pt, lambda root: _newest_step(root / "out" / "checkpoints"), list(range(4, 100, 4)),
                         marker="model/model.safetensors"),
     "finetune": Command(_ft, lambda root: _seed_progress(root, 30), [3, 7, 12, 15, 21, 30, 33, 37, 45, 51],
                         marker="results.json"),
-    "distill": Command(_di, lambda root: _seed_progress(root, 45), [2, 6, 10, 15, 22, 30, 36, 42],
+    "distill": Command(_di, lambda root: _seed_progress(root, 90), [2, 6, 10, 15, 22, 30, 36, 42],
                        marker="distill.json"),
     "tune": Command(_tu, _trial_progress, [2, 4, 102, 104, 202, 204, 302], resume=False),
     "index": Command(_ix, _index_progress, list(range(64, 1600, 128)), marker="meta.json"),
@@ -138,7 +138,7 @@ def inputs(tiny_dir, pretraining_data, tmp_path_factory) -> dict[str, str]:
     write_stsb(root / "stsb_dev.tsv", 20, 1)
     with open(root / "docs.txt", "w", encoding="utf-8") as f:
         f.writelines(f"passage {i}: the {'good' if i % 3 else 'bad'} film about paris and the river, part {i % 7} .\n"
-                     for i in range(1920))
+                     for i in range(3840))
     ablate = write_inputs(root / "ablate", pretraining_data)
     teacher = root / "teacher"
     assert main(["finetune", "--model", str(tiny_dir), "--task", "sst2", "--train", str(root / "train.tsv"), "--dev",
@@ -198,7 +198,9 @@ class Chain:
             return False
         now, point, done = time.monotonic(), self.points[len(self.kills)], self.command.progress(self.root)
         if done != self.seen[1]:  # the pause follows the run's pace, so a slow machine moves it alike
-            self.advance, self.seen = now - self.seen[0], (now, done)
+            if self.seen[1] != self.began_at:  # not the first advance, whose time holds the process's start
+                self.advance = now - self.seen[0]
+            self.seen = (now, done)
         if self.kill_at is None and done >= point and done > self.began_at:
             self.kill_at = now + self.pauses[len(self.kills)] * self.advance
         if self.kill_at is not None and now >= self.kill_at:
@@ -302,7 +304,7 @@ def test_ablation_killed_three_times_reports_the_same(chains, uninterrupted):
 
     report = json.loads((killed / "report.json").read_text())
     assert render_markdown(report) == (killed / "report.md").read_text()  # (its times are the chain's)
-    assert report["cells"]["done"] == report["cells"]["total"] == 6
+    assert report["cells"]["done"] == report["cells"]["total"] == 7
 
 
 def test_every_chain_was_killed_at_its_three_points(chains, progress):

@@ -113,6 +113,8 @@ def test_cpu_bf16_detection_reads_the_cpu_flags(monkeypatch, tmp_path):
     from bertkit import devices
 
     real_open = builtins.open
+    for held in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):  # the suite may run held to AVX2 itself
+        monkeypatch.delenv(held, raising=False)
     for flags, expected in (("fpu avx512f avx512_bf16 sse", True), ("fpu amx_bf16 amx_tile", True),
                             ("fpu avx2 avx512f avx512bw", False)):
         cpuinfo = tmp_path / "cpuinfo"
@@ -120,6 +122,12 @@ def test_cpu_bf16_detection_reads_the_cpu_flags(monkeypatch, tmp_path):
         monkeypatch.setattr(builtins, "open", lambda path, *a, cpuinfo=cpuinfo, **k: real_open(
             cpuinfo if path == "/proc/cpuinfo" else path, *a, **k))
         assert devices.cpu_has_bf16() is expected
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
+    assert devices.cpu_has_bf16() is True
+    for held, value in (("ATEN_CPU_CAPABILITY", "avx2"), ("ONEDNN_MAX_CPU_ISA", "AVX2")):  # a bf16 CPU held to AVX2
+        monkeypatch.setenv(held, value)
+        assert devices.cpu_has_bf16() is False
+        monkeypatch.delenv(held)
     monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError(a[0])))
     assert devices.cpu_has_bf16() is False  # no /proc (macOS, Windows): fp32
 

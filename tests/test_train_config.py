@@ -185,3 +185,25 @@ def test_a_time_budgeted_status_line_shows_time_used_of_the_budget():
 def test_a_step_counted_status_line_shows_the_total_and_the_eta():
     line = status_line(RECORD, 2000, None)
     assert line.startswith("step    1650/2000    | loss") and line.endswith("eta   0:06:00")
+
+
+# ---- fine-tuning's Hyper: the same, for `bertkit finetune` ----
+def test_every_hyper_field_is_a_finetune_flag_and_survives_a_command_line_round_trip(tmp_path, tiny_dir):
+    """Every `Hyper` field has its `bertkit finetune` flag, made from the field; `command_line`
+    writes a Hyper set away from every default, and the flags parse back to the same Hyper."""
+    from bertkit.cli.finetune import add_arguments, hyper_from_args
+    from bertkit.finetune.hyper import Hyper, command_line
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert {f.name for f in dataclasses.fields(Hyper)} <= {a.dest for a in parser._actions}
+    default = Hyper()
+    hp = Hyper(epochs=5, lr=7e-5, batch_size=12, warmup=0.25, weight_decay=0.05, max_grad_norm=0.5, seeds=(4, 9),
+               group_by_length=True, classifier_dropout=0.2, eval_every=13, adam_eps=1e-8, early_stopping=2,
+               metric_for_best="f1", save_every=6, resume=True)
+    assert all(getattr(hp, f.name) != getattr(default, f.name) for f in dataclasses.fields(Hyper))
+    base = ["--model", str(tiny_dir), "--task", "sst2", "--train", str(tiny_dir / "config.json"), "--out", "o"]
+    assert hyper_from_args(parser.parse_args(base + command_line(hp))) == hp
+    assert hyper_from_args(parser.parse_args(base)) == default  # and no flag: the field's default
+    with pytest.raises(SystemExit):  # a field's range is its flag's
+        parser.parse_args(base + ["--classifier-dropout", "1.0"])

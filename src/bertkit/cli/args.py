@@ -180,18 +180,40 @@ def json_object(text: str) -> dict:
     return value
 
 
-def add_field_flags(parser, cls: type, names: tuple[str, ...]) -> None:
-    """A flag for each named field of the dataclass `cls`, from the field itself: --field-name, its
-    default, and its metadata's help (and `low`, an integer's least value; a False default is a
-    switch). The option is declared once, with its resume rule beside it."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in names:
-        field, flag = fields[name], "--" + name.replace("_", "-")
-        if field.default is False:
-            parser.add_argument(flag, action="store_true", help=field.metadata["help"])
-        else:
-            parser.add_argument(flag, type=int_at_least(field.metadata["low"]), default=field.default, metavar="N",
-                                help=field.metadata["help"])
+def option_flag(field) -> str:
+    """A declared option's flag: its metadata's "flag", else --field-name."""
+    return field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+
+
+def add_option_flags(parser, cls: type, names: tuple[str, ...] | None = None, *, types: dict | None = None,
+                     required: tuple[str, ...] = (), group=None, group_names: tuple[str, ...] = (),
+                     extra_help=None) -> None:
+    """A flag for each field of the dataclass `cls` (or the `names` among them), made from the
+    field alone: its flag, default (or metadata's "flag_default"), help, choices or range (read by
+    `ranged`), metavar, and a switch for a False default; `types` gives the fields whose values need
+    more than a range to read (paths, lists, JSON). The fields in `group_names` go to `group` (a
+    mutually exclusive group); `extra_help(name)` adds to a field's help. Each option is declared
+    once, in its field, with its resume rule beside it."""
+    types = types or {}
+    for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
+        meta = f.metadata
+        add = group.add_argument if f.name in group_names else parser.add_argument
+        kwargs = {"help": meta["help"] + (extra_help(f.name) if extra_help else ""), "dest": f.name}
+        if f.default is False:
+            add(option_flag(f), action="store_true", **kwargs)
+            continue
+        if meta.get("choices") is not None:
+            kwargs["choices"] = meta["choices"]
+        elif f.name in types:
+            kwargs["type"] = types[f.name]
+        elif meta.get("range") is not None:
+            kwargs["type"] = ranged(meta["range"])
+        if meta.get("metavar"):
+            kwargs["metavar"] = meta["metavar"]
+        default = meta.get("flag_default", None if f.default is dataclasses.MISSING else f.default)
+        add(option_flag(f), required=f.name in required, default=default, **kwargs)
 
 
 # ---- long inputs (bertkit.long_inputs) ----

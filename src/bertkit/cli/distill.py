@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.cli.args import (
-    add_field_flags,
+    add_option_flags,
     add_overwrite,
     add_report_to,
     check_report_to,
@@ -41,7 +41,7 @@ RESULT_MARKERS = ("distill.json", "results.json", "model")
 def add_arguments(parser) -> None:
     from bertkit.config import PRESETS
     from bertkit.distill.run import SPECIAL_TASKS
-    from bertkit.finetune.hyper import FLAGS, Hyper
+    from bertkit.finetune.hyper import RUN_FLAGS, Hyper
     from bertkit.finetune.registry import TASKS
 
     a = parser.add_argument
@@ -86,7 +86,7 @@ def add_arguments(parser) -> None:
     a("--eval-batch-size", type=positive_int, default=64, help="inputs per forward pass when evaluating")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
     add_report_to(parser, "OUT/tensorboard/seedN")
-    add_field_flags(parser, Hyper, FLAGS)
+    add_option_flags(parser, Hyper, RUN_FLAGS)
 
 
 def check(args) -> None:

@@ -47,9 +47,9 @@ def add_arguments(parser) -> None:
     a("--layers", type=comma_ints(), default="-4,-3,-2,-1",
       help="comma-separated hidden-state indices (0 embeddings, -1 last layer)")
     a("--combine", choices=("concat", "sum"), default="concat", help="layers side by side, or their sum")
-    a("--max-length", type=int_between(2, 65535), default=128,
+    a("--max-length", type=int_between(2, 65535), default=None,
       help="tokens per sentence (or window), [CLS]/[SEP] included, at most the model's positions; longer is cut "
-           "or read in windows")
+           "or read in windows (default: 128, or the model's positions if fewer)")
     add_long_inputs(parser)
     a("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
@@ -60,7 +60,9 @@ def check(args) -> None:
 
     check_long_inputs(args)
     limit = load_config(args.model).max_tokens  # 512 for BERT, 8,192 for ModernBERT
-    if args.max_length > limit:
+    if args.max_length is None:
+        args.max_length = min(128, limit)
+    elif args.max_length > limit:
         raise UserError(f"--max-length {args.max_length} exceeds the model's {limit} positions "
                         f"(--long-inputs windows reads longer sentences in windows)")
     if Path(args.out).suffix != ".npz":

@@ -21,11 +21,12 @@ and the running seed's newest checkpoint there (--save-every), and --resume cont
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from bertkit.cli.args import (
-    add_field_flags,
     add_long_inputs,
+    add_option_flags,
     add_overwrite,
     add_report_to,
     check_long_inputs,
@@ -37,7 +38,6 @@ from bertkit.cli.args import (
     float_in,
     int_between,
     model_dir,
-    nonnegative_float,
     positive_float,
     positive_int,
 )
@@ -78,25 +78,13 @@ def add_arguments(parser, resume: bool = True) -> None:
     a("--dev", type=existing_file, help="dev file to evaluate after each epoch (optional for squad --split-articles)")
     a("--out", required=True, help="output folder: model/, results.json, predictions, plots")
     add_overwrite(parser, "fine-tuning result")
-    a("--epochs", type=positive_int, default=3, help="passes over the training set, per seed")
-    a("--lr", type=positive_float, default=None,
-      help="peak learning rate (default 2e-5; 1e-3 for the --feature-based tagger)")
-    a("--batch-size", type=positive_int, default=32, help="training examples per step")
+    from bertkit.finetune.hyper import FLAGS, RUN_FLAGS, Hyper
+
+    # every hyper-parameter's flag from its `Hyper` field; --save-every and --resume with `resume`
+    add_option_flags(parser, Hyper, tuple(n for n in FLAGS if resume or n not in RUN_FLAGS),
+                     types={"seeds": comma_ints(low=0, unique=True)})
     a("--max-seq-len", type=int_between(8, 512), default=None,
       help="tokens per input, or per window with --long-inputs windows (default 128; squad 384)")
-    a("--warmup", type=nonnegative_float, default=0.1, help="warm-up: below 1 a fraction of the steps, else steps")
-    a("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW's decoupled weight decay")
-    a("--max-grad-norm", type=nonnegative_float, default=1.0,
-      help="clip the gradient's global norm at this value before each step, as the paper (0: no clipping)")
-    a("--adam-eps", type=positive_float, default=1e-6,
-      help="AdamW's epsilon (default 1e-6, BERT's; transformers' Trainer uses 1e-8)")
-    a("--classifier-dropout", type=fraction_below_1, default=None,
-      help="dropout on the vector the output layer reads, in [0, 1) (default: the model config's "
-           "classifier_dropout, else its hidden_dropout_prob: 0.1 for BERT)")
-    a("--eval-every", type=positive_int, default=None, metavar="N",
-      help="also score dev every N optimizer steps, for the learning curve (default: after each epoch only)")
-    a("--seeds", type=comma_ints(low=0, unique=True), default="1,2,3",
-      help="comma-separated seeds; one full fine-tuning run per seed")
     a("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast (weights stay fp32)")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     a("--max-train-examples", type=positive_int, default=None,
@@ -110,17 +98,11 @@ def add_arguments(parser, resume: bool = True) -> None:
       help="ner: freeze BERT, train a BiLSTM on its last four layers (paper §5.3)")
     a("--layers", type=comma_ints(), default=",".join(map(str, DEFAULT_LAYERS)),
       help="--feature-based: hidden states to concatenate (0 embeddings, -1 last layer)")
-    a("--group-by-length", action="store_true",
-      help="batch inputs of similar length together (less padding; faster on CPU)")
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
     add_report_to(parser, "OUT/tensorboard/seedN")
     add_long_inputs(parser, aggregate=True)
     _add_pair_arguments(parser)
     _add_label_and_best_arguments(parser)
-    if resume:
-        from bertkit.finetune.hyper import FLAGS, Hyper
-
-        add_field_flags(parser, Hyper, FLAGS)
 
 
 def _add_label_and_best_arguments(parser) -> None:
@@ -134,13 +116,6 @@ def _add_label_and_best_arguments(parser) -> None:
     a("--threshold", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=None,
       help="multilabel: a label is predicted when its sigmoid is at least this (default: tuned on dev to "
            "maximise micro-F1)")
-    a("--early-stopping", type=positive_int, default=None, metavar="PATIENCE",
-      help="stop a seed after PATIENCE dev evaluations in a row without improving --metric-for-best, and save "
-           "its best evaluation's weights (default: train every epoch)")
-    a("--metric-for-best", default=None, metavar="NAME",
-      help="save each seed's best evaluation by this dev metric (greater is better; lower for a name ending in "
-           "'loss'), and the seed whose best is best (default: the last evaluation by the task's main metric; "
-           "with --early-stopping, the main metric)")
 
 
 def _add_pair_arguments(parser) -> None:
@@ -232,17 +207,22 @@ def _tasks_with(has) -> str:
     return " or ".join(dict.fromkeys(name for name, kind in TASKS.items() if has(kind)))
 
 
+def hyper_from_args(args):
+    """The `Hyper` the flags give: each field from its flag (those a command leaves out at their
+    defaults); --lr's default depends on --feature-based."""
+    from bertkit.finetune.hyper import Hyper
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Hyper) if hasattr(args, f.name)}
+    if given.get("lr") is None:
+        given["lr"] = 1e-3 if getattr(args, "feature_based", False) else 2e-5
+    return Hyper(**given)
+
+
 def job_from_args(args):
     """The FinetuneJob the command line asks for (after `check`)."""
-    from bertkit.finetune.hyper import Hyper
     from bertkit.finetune.run import FinetuneJob
 
-    lr = args.lr if args.lr is not None else (1e-3 if args.feature_based else 2e-5)
-    hp = Hyper(args.epochs, lr, args.batch_size, args.warmup, args.weight_decay, args.max_grad_norm,
-               seeds=args.seeds, group_by_length=args.group_by_length,
-               classifier_dropout=args.classifier_dropout, eval_every=args.eval_every, adam_eps=args.adam_eps,
-               early_stopping=args.early_stopping, metric_for_best=args.metric_for_best,
-               save_every=getattr(args, "save_every", None), resume=getattr(args, "resume", False))
+    hp = hyper_from_args(args)
     from bertkit.finetune.registry import TASKS
 
     columns = [c.strip() for c in args.text_columns.split(",")] if args.text_columns else None

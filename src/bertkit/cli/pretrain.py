@@ -18,17 +18,17 @@ import argparse
 import dataclasses
 
 from bertkit.cli.args import (
+    add_option_flags,
     check_report_to,
     device_name,
     existing_dir,
     json_object,
     model_dir,
-    ranged,
     tokenizer_dir,
 )
 from bertkit.errors import UserError
 from bertkit.pretrain.recipes import RECIPE_FIELDS, RECIPES
-from bertkit.pretrain.setup import TrainOptions, flag_of
+from bertkit.pretrain.setup import TrainOptions
 
 
 def recipe_help(name: str) -> str:
@@ -65,31 +65,14 @@ ONE_OF = ("steps", "minutes")  # a run's length: give one
 
 
 def add_arguments(parser) -> None:
-    """One flag per `TrainOptions` field, made from the field: its name (or declared flag), help,
-    default, choices or range (`ranged`), metavar and type; the recipe's fields say what each recipe
-    gives them. Only --mask-all is extra: another spelling of --mask-rule 100/0/0."""
-    length = parser.add_mutually_exclusive_group()
-    for f in dataclasses.fields(TrainOptions):
-        target = length.add_argument if f.name in ONE_OF else parser.add_argument
-        meta = f.metadata
-        help_text = meta["help"] + (" " + recipe_help(f.name) if f.name in RECIPE_FIELDS else "")
-        kwargs = {"help": help_text, "dest": f.name}
-        if f.type in (bool, "bool"):
-            target(flag_of(f.name), action="store_true", **kwargs)
-            continue
-        if meta["choices"] is not None:
-            kwargs["choices"] = meta["choices"]
-        elif meta["range"] is not None:
-            kwargs["type"] = ranged(meta["range"])
-        elif f.name in TYPES:
-            kwargs["type"] = TYPES[f.name]
-        if meta["metavar"]:
-            kwargs["metavar"] = meta["metavar"]
-        default = None if f.default is dataclasses.MISSING else f.default
-        target(flag_of(f.name), required=f.name in REQUIRED, default=default, **kwargs)
-        if f.name == "mask_rule":
-            parser.add_argument("--mask-all", action="store_true",
-                                help="ablation: chosen tokens always become [MASK] (--mask-rule 100/0/0)")
+    """One flag per `TrainOptions` field, made from the field (`add_option_flags`): its name (or
+    declared flag), help, default, choices or range, metavar and type; the recipe's fields say what
+    each recipe gives them. Only --mask-all is extra: another spelling of --mask-rule 100/0/0."""
+    add_option_flags(parser, TrainOptions, types=TYPES, required=REQUIRED,
+                     group=parser.add_mutually_exclusive_group(), group_names=ONE_OF,
+                     extra_help=lambda name: " " + recipe_help(name) if name in RECIPE_FIELDS else "")
+    parser.add_argument("--mask-all", action="store_true",
+                        help="ablation: chosen tokens always become [MASK] (--mask-rule 100/0/0)")
 
 
 def check(args) -> None:

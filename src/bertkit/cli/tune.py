@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bertkit.cli import finetune
 from bertkit.cli.args import (
-    add_field_flags,
+    add_option_flags,
     check_output_dir,
     nonnegative_float,
     nonnegative_int,
@@ -46,7 +46,7 @@ def add_arguments(parser) -> None:
     from bertkit.finetune.search_space import DEFAULT_SEARCH, parse_search
 
     finetune.add_arguments(parser, resume=False)  # the same command again continues a study
-    add_field_flags(parser, Hyper, ("save_every",))
+    add_option_flags(parser, Hyper, ("save_every",))
     for flag in SEARCHED_FLAGS:
         name = flag[2:]
         _redefine(parser, flag, default=None, help=f"fix {name} at this value instead of searching it (--search)")

@@ -28,12 +28,15 @@ FIXED_SECONDS = {"fill-mask": 5.0, "senses": 10.0, "labels": 10.0, "summary": 3.
 MARGIN_SECONDS = 15.0
 
 
-# On a slow or busy CPU the demo's shape learns too little in its minutes: measured on an AVX2
-# fp32 core at equal time (docs/results/pretrain-levers/), the tiny preset's 2 x 128 reached 15%
-# validation MLM accuracy in ten Zen 1 minutes where a 2 x 64 model, 2.4x cheaper a step, reached
-# 20% and left the plateau. Below this many tiny steps in its budget the demo takes the narrow shape.
+# On a slow or busy CPU the demo's shape learns too little in its minutes. Measured at equal time on
+# an AVX2 fp32 core (docs/pretraining.md#learning-per-cpu-minute-the-levers; 210 s, about ten
+# minutes of a Zen 1 core's demo pretraining): the tiny preset's 2 x 128 ended on the plateau at 15.1%
+# validation MLM accuracy (4-label probe 48.1%), where one layer of width 64, 4.9x cheaper a step,
+# passed 20% after 84 s and ended at 27.4% (probe 69.4%); 2 x 64 reached 20.5%, 1 x 128 24.9%.
+# Below this many tiny steps in its budget the demo takes the narrow shape.
 NARROW_BELOW_STEPS = 3000
-NARROW = {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256}  # ~0.6M parameters + vocabulary
+NARROW = {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256}
+NARROW_NAME = "1 layer, hidden 64"
 
 
 @dataclass
@@ -101,8 +104,9 @@ class DemoPlan:
                    f"{pretrain_seconds / 60:.1f} minutes of pretraining"]
         narrow = self.shape == "narrow" or (self.shape == "auto" and steps < NARROW_BELOW_STEPS)
         if narrow:
-            reasons.append(f"fewer than {NARROW_BELOW_STEPS:,} steps: the narrow shape (hidden 64), 2.4x cheaper a "
-                           "step, which leaves the masked-LM plateau in that time where hidden 128 does not")
+            reasons.append(f"fewer than {NARROW_BELOW_STEPS:,} steps: the narrow shape ({NARROW_NAME}), about 5x "
+                           f"cheaper a step, which leaves the masked-LM plateau in that time where the {self.preset} "
+                           "preset does not")
         precision = "bf16" if machine.bf16 else ("int8" if machine.slowdown >= 1.5 else "fp32")
         if precision == "int8":
             reasons.append(f"all-MiniLM-L6-v2 at {1000 * machine.minilm_seconds:.0f} ms an article "

@@ -14,7 +14,7 @@ from bertkit.demo.corpus import (
     split_articles,
     write_corpus,
 )
-from bertkit.demo.plan import DemoPlan, Machine, choose_threads
+from bertkit.demo.plan import NARROW_NAME, DemoPlan, Machine, choose_threads
 from bertkit.io import write_json, write_text
 
 STAGES = ("corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask", "senses", "labels", "summary")
@@ -166,7 +166,7 @@ def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, machine: Machine
     print(f"  Word2Vec and all-MiniLM-L6-v2's vectors ({choices.side_precision}): in a second process, one thread, "
           "beside pretraining", flush=True)
     torch.set_num_threads(machine.threads)  # the side process takes one of the free cores
-    shape = "hidden 64" if choices.overrides else plan.preset
+    shape = NARROW_NAME if choices.overrides else plan.preset
     try:
         with clock.stage("pretrain", seconds, f"pretraining the {plan.preset} preset ({shape}), budget recipe "
                                               f"({OBJECTIVE_NAMES[plan.objective]})"):

@@ -4,6 +4,8 @@ shown is also in summary.json."""
 
 from __future__ import annotations
 
+from bertkit.demo.plan import NARROW_NAME
+
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
@@ -40,7 +42,7 @@ def pretraining_lines(s: dict) -> list[str]:
     steps = max(val.get("step", 0), p["last_train_log"].get("step", 0))
     objective = OBJECTIVES[p.get("objective", "mlm")]
     choices = plan.get("choices") or {}
-    shape = " (narrowed to hidden 64 for this machine)" if choices.get("overrides") else ""
+    shape = f" (narrowed to {NARROW_NAME} for this machine)" if choices.get("overrides") else ""
     lines = [
         "## What was pretrained, on what",
         "",

@@ -2,10 +2,10 @@
 
 Every field declares its resume rule (pretraining's `RESUME_RULES`): what changes the numbers a
 run computes is FIXED, since a resumed run must end bit for bit as the uninterrupted one would;
-how often it saves is CHANGEABLE; `resume` itself is INVOCATION. The run options a command line
-takes from here (`FLAGS`: `--save-every`, `--resume`) also carry their help and range in the
-field's metadata, and `bertkit.cli.args.add_field_flags` builds their flags from it: each is
-declared once. This module imports no torch (the CLI reads it before any work starts);
+how often it saves is CHANGEABLE; `resume` itself is INVOCATION. Every field is also a flag of
+`bertkit finetune` (`FLAGS`): its help, range and metavar live in the field's metadata, from which
+`bertkit.cli.args.add_option_flags` makes the flag, and `command_line` writes a `Hyper` back as
+flags: each option is declared once. This module imports no torch (the CLI reads it before any work starts);
 `finetune.loop` re-exports `Hyper`.
 """
 
@@ -14,13 +14,27 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from bertkit.pretrain.setup import CHANGEABLE, FIXED, INVOCATION, resume_rules
+from bertkit.pretrain.options import (
+    CHANGEABLE,
+    FIXED,
+    INVOCATION,
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    PROBABILITY,
+    Range,
+    resume_rules,
+)
 
 
-def _option(resume: str, default=dataclasses.MISSING, *, help: str | None = None, low: int | None = None):
-    """A field with its resume rule; with `help` (and `low`, the least value of an integer) it is
-    also a command-line flag, --field-name."""
-    metadata = {"resume": resume, **({"help": help} if help else {}), **({"low": low} if low is not None else {})}
+def _option(resume: str, default=dataclasses.MISSING, *, help: str, range: Range | None = None,
+            metavar: str | None = None, flag_default=dataclasses.MISSING):
+    """A field and its `bertkit finetune` flag, --field-name (`bertkit.cli.args.add_option_flags`
+    makes it from this): the resume rule, help, range and metavar, and `flag_default` where the
+    flag's default differs from the field's (None: the command decides from other flags)."""
+    metadata = {"resume": resume, "help": help, "range": range, "choices": None, "metavar": metavar,
+                **({"flag_default": flag_default} if flag_default is not dataclasses.MISSING else {})}
     return field(default=default, metadata=metadata)
 
 
@@ -28,22 +42,39 @@ def _option(resume: str, default=dataclasses.MISSING, *, help: str | None = None
 class Hyper:
     """The fine-tuning hyper-parameters (defaults: the paper's) and how a run saves its progress."""
 
-    epochs: int = _option(FIXED, 3)
-    lr: float = _option(FIXED, 2e-5)  # peak learning rate
-    batch_size: int = _option(FIXED, 32)
-    warmup: float = _option(FIXED, 0.1)  # below 1: fraction of the steps; otherwise a step count
-    weight_decay: float = _option(FIXED, 0.01)
-    max_grad_norm: float = _option(FIXED, 1.0)  # 0: no clipping
-    seeds: tuple[int, ...] = _option(FIXED, (1, 2, 3))
-    group_by_length: bool = _option(FIXED, False)  # batches of similar length: less padding, same examples per epoch
-    classifier_dropout: float | None = _option(FIXED, None)  # dropout before the output layer; None: the config's
-    eval_every: int | None = _option(FIXED, None)  # also score dev every N optimizer steps; None: after each epoch
-    adam_eps: float = _option(FIXED, 1e-6)  # BERT's; transformers' Trainer defaults to 1e-8
-    early_stopping: int | None = _option(FIXED, None)  # stop a seed after this many evaluations without improvement
-    metric_for_best: str | None = _option(FIXED, None)  # keep each seed's best evaluation by this dev metric; None:
-    # the last (with early_stopping alone: the task's main metric)
+    epochs: int = _option(FIXED, 3, range=POSITIVE_INT, help="passes over the training set, per seed")
+    lr: float = _option(FIXED, 2e-5, range=POSITIVE, flag_default=None,
+                        help="peak learning rate (default 2e-5; 1e-3 for the --feature-based tagger)")
+    batch_size: int = _option(FIXED, 32, range=POSITIVE_INT, help="training examples per step")
+    warmup: float = _option(FIXED, 0.1, range=NONNEGATIVE, help="warm-up: below 1 a fraction of the steps, else steps")
+    weight_decay: float = _option(FIXED, 0.01, range=NONNEGATIVE, help="AdamW's decoupled weight decay")
+    max_grad_norm: float = _option(
+        FIXED, 1.0, range=NONNEGATIVE,
+        help="clip the gradient's global norm at this value before each step, as the paper (0: no clipping)")
+    seeds: tuple[int, ...] = _option(FIXED, (1, 2, 3), metavar="SEEDS", flag_default="1,2,3",
+                                     help="comma-separated seeds; one full fine-tuning run per seed")
+    group_by_length: bool = _option(FIXED, False,
+                                    help="batch inputs of similar length together (less padding; faster on CPU)")
+    classifier_dropout: float | None = _option(
+        FIXED, None, range=PROBABILITY,
+        help="dropout on the vector the output layer reads, in [0, 1) (default: the model config's "
+             "classifier_dropout, else its hidden_dropout_prob: 0.1 for BERT)")
+    eval_every: int | None = _option(
+        FIXED, None, range=POSITIVE_INT, metavar="N",
+        help="also score dev every N optimizer steps, for the learning curve (default: after each epoch only)")
+    adam_eps: float = _option(FIXED, 1e-6, range=POSITIVE,
+                              help="AdamW's epsilon (default 1e-6, BERT's; transformers' Trainer uses 1e-8)")
+    early_stopping: int | None = _option(
+        FIXED, None, range=POSITIVE_INT, metavar="PATIENCE",
+        help="stop a seed after PATIENCE dev evaluations in a row without improving --metric-for-best, and save "
+             "its best evaluation's weights (default: train every epoch)")
+    metric_for_best: str | None = _option(
+        FIXED, None, metavar="NAME",
+        help="save each seed's best evaluation by this dev metric (greater is better; lower for a name ending in "
+             "'loss'), and the seed whose best is best (default: the last evaluation by the task's main metric; "
+             "with --early-stopping, the main metric)")
     save_every: int | None = _option(
-        CHANGEABLE, None, low=0,
+        CHANGEABLE, None, range=NONNEGATIVE_INT, metavar="N",
         help="checkpoint the running seed (weights, optimiser, random state, best evaluation so far) every N steps "
              "as well as at each evaluation, so a killed run loses at most N steps (default: at each evaluation only; "
              "0: no checkpoints, a killed run keeps its finished seeds only)")
@@ -64,7 +95,21 @@ class Hyper:
         return self.save_every != 0
 
 
-FLAGS = tuple(f.name for f in dataclasses.fields(Hyper) if "help" in f.metadata)  # the fields that are flags
+FLAGS = tuple(f.name for f in dataclasses.fields(Hyper))  # every field is a `bertkit finetune` flag
+RUN_FLAGS = ("save_every", "resume")  # how a run saves and continues, not what it computes
+
+
+def command_line(hp: Hyper) -> list[str]:
+    """The `bertkit finetune` flags that give `hp` (with --lr always, --resume when set)."""
+    words = []
+    for f in dataclasses.fields(Hyper):
+        value = getattr(hp, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value is not None and value is not False:
+            words += [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    return words
 
 
 def fixed_fields() -> list[str]:

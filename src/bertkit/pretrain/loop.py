@@ -51,6 +51,7 @@ from bertkit.train.checkpoint import check_checkpoint_space, latest_checkpoint, 
 from bertkit.train.compile import compile_blocks
 from bertkit.train.distributed import Dist, agree, all_sum, barrier, close_distributed, init_distributed
 from bertkit.train.optim import lr_at, lr_at_time, warmup_steps
+from bertkit.train.stop import StopRequest
 
 if TYPE_CHECKING:
     from bertkit.data.shards import PretrainingDataset
@@ -76,35 +77,6 @@ class DataStream:
             self.position += len(chunk)
             count -= len(chunk)
         return np.concatenate(out)
-
-
-class StopRequest:
-    """SIGTERM / SIGINT ask the loop to finish its step, save and exit; a second Ctrl-C aborts."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict = {}
-
-    def _handle(self, signum, frame):
-        if self.signum == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __enter__(self):
-        for s in (signal.SIGTERM, signal.SIGINT):
-            self._previous[s] = signal.signal(s, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-    @property
-    def exit_code(self) -> int:
-        """128 + the signal's number (143 SIGTERM, 130 SIGINT), as a shell reports a process the
-        signal stopped, so a scheduler can tell a stopped run from a finished one. A rank stopped
-        because another rank got the signal reports SIGTERM's."""
-        return 128 + (self.signum or signal.SIGTERM)
 
 
 def pretrain(cfg: TrainConfig) -> int:
