@@ -4,6 +4,7 @@ slice of BBC News (about half a minute with one thread)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -128,6 +129,15 @@ def test_the_plan_narrows_the_model_and_quantises_the_side_process_on_a_slow_mac
     assert DemoPlan(shape="narrow").choose(fast, 600).overrides == NARROW
     quiet = Machine("AVX2 core", bf16=False, threads=1, step_seconds=0.45, minilm_seconds=0.07, slowdown=1.2)
     assert plan.choose(quiet, 600).side_precision == "fp32"
+    # one free core: the side process's CPU (2,225 articles of MiniLM, bf16 2.8x cheaper) comes out of the budget
+    near = Machine("bf16 core", bf16=True, threads=1, step_seconds=0.1, minilm_seconds=0.0566, slowdown=0.94)
+    assert plan.choose(near, 340, articles=2225).overrides == {}  # a core of its own: 3,400 steps
+    shared = dataclasses.replace(near, side_shares_core=True)
+    chosen = plan.choose(shared, 340, articles=2225)  # 340 - 2,225 x 0.0566 / 2.8 = 295 s: 2,950 steps
+    assert chosen.overrides == NARROW and "2,950 steps" in chosen.reasons[0] and "~45 s of CPU" in chosen.reasons[0]
+    slow_shared = dataclasses.replace(slow, side_shares_core=True)
+    assert "1,333 steps" not in plan.choose(slow_shared, 600, articles=2225).reasons[0]
+    assert "~0 s" not in plan.choose(slow_shared, 600).reasons[0]  # nothing to embed, nothing taken out
 
 
 def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):

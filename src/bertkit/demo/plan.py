@@ -37,6 +37,9 @@ MARGIN_SECONDS = 15.0
 NARROW_BELOW_STEPS = 3000
 NARROW = {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 256}
 NARROW_NAME = "1 layer, hidden 64"
+# all-MiniLM-L6-v2's speed in the side process's precision against the calibration's fp32: int8 1.6x,
+# bf16 on a CPU with bf16 kernels 2.8x (docs/cli.md, `--precision`)
+SIDE_SPEEDUP = {"fp32": 1.0, "bf16": 2.8, "int8": 1.6}
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Machine:
     step_seconds: float  # one pretraining step of the tiny preset at the demo's shape, measured now
     minilm_seconds: float  # all-MiniLM-L6-v2 on one article, one thread, measured now
     slowdown: float  # minilm_seconds against the quiet reference machine's
+    side_shares_core: bool = False  # no core free for the side process: it takes pretraining's CPU while it runs
 
 
 @dataclass
@@ -94,20 +98,23 @@ class DemoPlan:
                 "labels": FIXED_SECONDS["labels"] + slowdown * encode,
                 "summary": FIXED_SECONDS["summary"]}
 
-    def choose(self, machine: Machine, pretrain_seconds: float) -> Choices:
+    def choose(self, machine: Machine, pretrain_seconds: float, articles: int = 0) -> Choices:
         """The shape and side precision that keep the story on this machine (see NARROW_BELOW_STEPS),
         each with its reason; `shape` "auto" decides by the steps the budget buys, "tiny" or
-        "narrow" force one."""
-        steps = pretrain_seconds / max(machine.step_seconds, 1e-9)
+        "narrow" force one. The step was timed before the side process started: where it shares
+        pretraining's core, its CPU (MiniLM over the `articles` at the measured rate) is taken out."""
+        precision = "bf16" if machine.bf16 else ("int8" if machine.slowdown >= 1.5 else "fp32")
+        side = articles * machine.minilm_seconds / SIDE_SPEEDUP[precision] if machine.side_shares_core else 0.0
+        steps = max(0.0, pretrain_seconds - side) / max(machine.step_seconds, 1e-9)
+        shared = f", less the side process's ~{side:.0f} s of CPU on its core" if side else ""
         reasons = [f"{machine.cpu}: {'bf16' if machine.bf16 else 'fp32 (no bf16 kernels)'}, {machine.threads} "
                    f"thread(s), a {self.preset} step {1000 * machine.step_seconds:.0f} ms: about {steps:,.0f} steps in "
-                   f"{pretrain_seconds / 60:.1f} minutes of pretraining"]
+                   f"{pretrain_seconds / 60:.1f} minutes of pretraining{shared}"]
         narrow = self.shape == "narrow" or (self.shape == "auto" and steps < NARROW_BELOW_STEPS)
         if narrow:
             reasons.append(f"fewer than {NARROW_BELOW_STEPS:,} steps: the narrow shape ({NARROW_NAME}), about 5x "
                            f"cheaper a step, which leaves the masked-LM plateau in that time where the {self.preset} "
                            "preset does not")
-        precision = "bf16" if machine.bf16 else ("int8" if machine.slowdown >= 1.5 else "fp32")
         if precision == "int8":
             reasons.append(f"all-MiniLM-L6-v2 at {1000 * machine.minilm_seconds:.0f} ms an article "
                            f"({machine.slowdown:.1f}x the quiet machine): int8 beside pretraining, 1.6x cheaper, so it "

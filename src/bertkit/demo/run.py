@@ -74,7 +74,7 @@ def measure_machine(run: Path, plan: DemoPlan, threads: int, texts: list[str]) -
     per_article, slowdown = _slowdown(texts, plan.probe_max_len)
     print(f"  a {plan.preset} pretraining step: {1000 * step:.0f} ms", flush=True)
     return Machine(_cpu_name(), cpu_has_bf16(), max(1, threads - 1), round(step, 4), round(per_article, 4),
-                   round(slowdown, 2))
+                   round(slowdown, 2), side_shares_core=threads < 2)
 
 
 def _cpu_name() -> str:
@@ -159,7 +159,7 @@ def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, machine: Machine
     articles, slowdown = len(train) + len(test), machine.slowdown
     later = plan.later_seconds(articles, slowdown)
     seconds = plan.pretrain_seconds(clock.elapsed(), articles, slowdown)
-    choices = plan.choose(machine, seconds)
+    choices = plan.choose(machine, seconds, articles)
     print("  chosen for this machine: " + "; ".join(choices.reasons), flush=True)
     side = SideWork(run, [t for _, _, t in train], [t for _, _, t in test], plan.probe_max_len, plan.seed,
                     choices.side_precision).start()
