@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.pretrain.options import field_flag
 
 
 def _number(text: str, kind):
@@ -180,11 +181,6 @@ def json_object(text: str) -> dict:
     return value
 
 
-def option_flag(field) -> str:
-    """A declared option's flag: its metadata's "flag", else --field-name."""
-    return field.metadata.get("flag", "--" + field.name.replace("_", "-"))
-
-
 def add_option_flags(parser, cls: type, names: tuple[str, ...] | None = None, *, types: dict | None = None,
                      required: tuple[str, ...] = (), group=None, group_names: tuple[str, ...] = (),
                      extra_help=None) -> None:
@@ -202,7 +198,7 @@ def add_option_flags(parser, cls: type, names: tuple[str, ...] | None = None, *,
         add = group.add_argument if f.name in group_names else parser.add_argument
         kwargs = {"help": meta["help"] + (extra_help(f.name) if extra_help else ""), "dest": f.name}
         if f.default is False:
-            add(option_flag(f), action="store_true", **kwargs)
+            add(field_flag(f), action="store_true", **kwargs)
             continue
         if meta.get("choices") is not None:
             kwargs["choices"] = meta["choices"]
@@ -213,7 +209,7 @@ def add_option_flags(parser, cls: type, names: tuple[str, ...] | None = None, *,
         if meta.get("metavar"):
             kwargs["metavar"] = meta["metavar"]
         default = meta.get("flag_default", None if f.default is dataclasses.MISSING else f.default)
-        add(option_flag(f), required=f.name in required, default=default, **kwargs)
+        add(field_flag(f), required=f.name in required, default=default, **kwargs)
 
 
 # ---- long inputs (bertkit.long_inputs) ----

@@ -12,7 +12,7 @@ flags: each option is declared once. This module imports no torch (the CLI reads
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bertkit.pretrain.options import (
     CHANGEABLE,
@@ -23,62 +23,53 @@ from bertkit.pretrain.options import (
     POSITIVE,
     POSITIVE_INT,
     PROBABILITY,
-    Range,
+    flag_words,
+    option,
     resume_rules,
 )
-
-
-def _option(resume: str, default=dataclasses.MISSING, *, help: str, range: Range | None = None,
-            metavar: str | None = None, flag_default=dataclasses.MISSING):
-    """A field and its `bertkit finetune` flag, --field-name (`bertkit.cli.args.add_option_flags`
-    makes it from this): the resume rule, help, range and metavar, and `flag_default` where the
-    flag's default differs from the field's (None: the command decides from other flags)."""
-    metadata = {"resume": resume, "help": help, "range": range, "choices": None, "metavar": metavar,
-                **({"flag_default": flag_default} if flag_default is not dataclasses.MISSING else {})}
-    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class Hyper:
     """The fine-tuning hyper-parameters (defaults: the paper's) and how a run saves its progress."""
 
-    epochs: int = _option(FIXED, 3, range=POSITIVE_INT, help="passes over the training set, per seed")
-    lr: float = _option(FIXED, 2e-5, range=POSITIVE, flag_default=None,
+    epochs: int = option(FIXED, 3, range=POSITIVE_INT, help="passes over the training set, per seed")
+    lr: float = option(FIXED, 2e-5, range=POSITIVE, flag_default=None,
                         help="peak learning rate (default 2e-5; 1e-3 for the --feature-based tagger)")
-    batch_size: int = _option(FIXED, 32, range=POSITIVE_INT, help="training examples per step")
-    warmup: float = _option(FIXED, 0.1, range=NONNEGATIVE, help="warm-up: below 1 a fraction of the steps, else steps")
-    weight_decay: float = _option(FIXED, 0.01, range=NONNEGATIVE, help="AdamW's decoupled weight decay")
-    max_grad_norm: float = _option(
+    batch_size: int = option(FIXED, 32, range=POSITIVE_INT, help="training examples per step")
+    warmup: float = option(FIXED, 0.1, range=NONNEGATIVE, help="warm-up: below 1 a fraction of the steps, else steps")
+    weight_decay: float = option(FIXED, 0.01, range=NONNEGATIVE, help="AdamW's decoupled weight decay")
+    max_grad_norm: float = option(
         FIXED, 1.0, range=NONNEGATIVE,
         help="clip the gradient's global norm at this value before each step, as the paper (0: no clipping)")
-    seeds: tuple[int, ...] = _option(FIXED, (1, 2, 3), metavar="SEEDS", flag_default="1,2,3",
+    seeds: tuple[int, ...] = option(FIXED, (1, 2, 3), metavar="SEEDS", flag_default="1,2,3",
                                      help="comma-separated seeds; one full fine-tuning run per seed")
-    group_by_length: bool = _option(FIXED, False,
+    group_by_length: bool = option(FIXED, False,
                                     help="batch inputs of similar length together (less padding; faster on CPU)")
-    classifier_dropout: float | None = _option(
+    classifier_dropout: float | None = option(
         FIXED, None, range=PROBABILITY,
         help="dropout on the vector the output layer reads, in [0, 1) (default: the model config's "
              "classifier_dropout, else its hidden_dropout_prob: 0.1 for BERT)")
-    eval_every: int | None = _option(
+    eval_every: int | None = option(
         FIXED, None, range=POSITIVE_INT, metavar="N",
         help="also score dev every N optimizer steps, for the learning curve (default: after each epoch only)")
-    adam_eps: float = _option(FIXED, 1e-6, range=POSITIVE,
+    adam_eps: float = option(FIXED, 1e-6, range=POSITIVE,
                               help="AdamW's epsilon (default 1e-6, BERT's; transformers' Trainer uses 1e-8)")
-    early_stopping: int | None = _option(
+    early_stopping: int | None = option(
         FIXED, None, range=POSITIVE_INT, metavar="PATIENCE",
         help="stop a seed after PATIENCE dev evaluations in a row without improving --metric-for-best, and save "
              "its best evaluation's weights (default: train every epoch)")
-    metric_for_best: str | None = _option(
+    metric_for_best: str | None = option(
         FIXED, None, metavar="NAME",
         help="save each seed's best evaluation by this dev metric (greater is better; lower for a name ending in "
              "'loss'), and the seed whose best is best (default: the last evaluation by the task's main metric; "
              "with --early-stopping, the main metric)")
-    save_every: int | None = _option(
+    save_every: int | None = option(
         CHANGEABLE, None, range=NONNEGATIVE_INT, metavar="N",
         help="checkpoint the running seed (weights, optimiser, random state, best evaluation so far) every N steps "
              "as well as at each evaluation, so a killed run loses at most N steps (default: at each evaluation only; "
              "0: no checkpoints, a killed run keeps its finished seeds only)")
-    resume: bool = _option(
+    resume: bool = option(
         INVOCATION, False,
         help="continue the unfinished run of the same command in --out: its finished seeds are kept and the running "
              "one continues from its newest checkpoint, ending as the uninterrupted run would; another setting is "
@@ -101,15 +92,7 @@ RUN_FLAGS = ("save_every", "resume")  # how a run saves and continues, not what 
 
 def command_line(hp: Hyper) -> list[str]:
     """The `bertkit finetune` flags that give `hp` (with --lr always, --resume when set)."""
-    words = []
-    for f in dataclasses.fields(Hyper):
-        value = getattr(hp, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        if value is True:
-            words.append(flag)
-        elif value is not None and value is not False:
-            words += [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
-    return words
+    return flag_words(hp, dataclasses.fields(Hyper))
 
 
 def fixed_fields() -> list[str]:

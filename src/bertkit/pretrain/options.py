@@ -75,14 +75,17 @@ POSITIVE, NONNEGATIVE = Range(low=0, low_open=True), Range(low=0)
 FRACTION, PROBABILITY = Range(low=0, high=1, low_open=True, high_open=True), Range(low=0, high=1, high_open=True)
 
 
-def _option(resume: str, default=dataclasses.MISSING, *, help: str, flag: str | None = None,
-            range: Range | None = None, choices: tuple | None = None, metavar: str | None = None,
-            default_factory=dataclasses.MISSING):
-    """A field with everything its `bertkit pretrain` flag is made of (cli/pretrain.py builds every
-    flag from these): its resume rule, help, range or choices (checked by `TrainConfig` too), and
-    its flag where that is not --field-name."""
+def option(resume: str, default=dataclasses.MISSING, *, help: str, flag: str | None = None,
+           range: Range | None = None, choices: tuple | None = None, metavar: str | None = None,
+           default_factory=dataclasses.MISSING, flag_default=dataclasses.MISSING):
+    """A field with everything its command-line flag is made of (`bertkit.cli.args.add_option_flags`
+    builds the flags of `TrainOptions` and fine-tuning's `Hyper` from these): its resume rule, help,
+    range or choices (checked by `TrainConfig` too), metavar, its flag where that is not
+    --field-name, and `flag_default` where the flag's default differs from the field's (None: the
+    command decides from other flags)."""
     metadata = {"resume": resume, "help": help, "range": range, "choices": choices, "metavar": metavar,
-                **({"flag": flag} if flag else {})}
+                **({"flag": flag} if flag else {}),
+                **({"flag_default": flag_default} if flag_default is not dataclasses.MISSING else {})}
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -91,93 +94,93 @@ class TrainOptions:
     """A run's options as a caller gives them: a recipe field may be None (the recipe's value).
     Build a `TrainConfig`, which fills them and checks the whole."""
 
-    data: str = _option(RESOLVED, help="folder written by `bertkit prepare`")  # compared by its manifest
-    out: str = _option(CHANGEABLE, help="run folder: checkpoints/, model/, metrics.jsonl, loss.png, ...")
-    preset: str = _option(RESOLVED, "mini", help="model shape: tiny, mini, small, medium, base, large")
-    arch: str = _option(FIXED, "bert", choices=tuple(ARCHS),
+    data: str = option(RESOLVED, help="folder written by `bertkit prepare`")  # compared by its manifest
+    out: str = option(CHANGEABLE, help="run folder: checkpoints/, model/, metrics.jsonl, loss.png, ...")
+    preset: str = option(RESOLVED, "mini", help="model shape: tiny, mini, small, medium, base, large")
+    arch: str = option(FIXED, "bert", choices=tuple(ARCHS),
                         help="the architecture of that shape: bert; roberta (positions past the padding id, one "
                              "segment); albert (narrow embeddings, one layer's weights at every depth; MLM + sentence "
                              "order); deberta (DeBERTa-v3: relative attention; replaced-token detection with "
                              "gradient-disentangled sharing, a generator of the same width and half the depth); "
                              "modernbert (pre-LN, rotary, GeGLU, local/global attention, no biases; MLM at 30%%); "
                              "flags given explicitly win over its defaults; saved in its family's layout")
-    steps: int | None = _option(CHANGEABLE, None, range=POSITIVE_INT, help="optimizer updates (default 1000)")
-    minutes: float | None = _option(CHANGEABLE, None, range=POSITIVE,
+    steps: int | None = option(CHANGEABLE, None, range=POSITIVE_INT, help="optimizer updates (default 1000)")
+    minutes: float | None = option(CHANGEABLE, None, range=POSITIVE,
                                     help="train for this much wall-clock time instead")
     # The recipe, then the fields it fills: None takes its value (bertkit.pretrain.recipes).
-    recipe: str = _option(FIXED, "paper", choices=tuple(RECIPES),
+    recipe: str = option(FIXED, "paper", choices=tuple(RECIPES),
                           help="paper: BERT's settings; budget: no NSP, no dropout, higher lr, beta2 0.98, "
                                "width-scaled init, and with --minutes an lr schedule over wall-clock time that "
                                "reaches 0 at the deadline; flags given explicitly win")
-    objective: str | None = _option(FIXED, None, choices=OBJECTIVES,
+    objective: str | None = option(FIXED, None, choices=OBJECTIVES,
                                     help="mlm+nsp (BERT), mlm (no NSP), ltr (left-to-right, next token), electra "
                                          "(replaced-token detection with a small generator; saves model/, "
                                          "discriminator/ and generator/)")
-    batch_size: int | None = _option(FIXED, None, range=POSITIVE_INT,
+    batch_size: int | None = option(FIXED, None, range=POSITIVE_INT,
                                      help="global batch in sequences, over all processes and micro-steps")
-    lr: float | None = _option(CHANGEABLE, None, range=POSITIVE, help="peak learning rate")
-    warmup: float | None = _option(CHANGEABLE, None, range=NONNEGATIVE,
+    lr: float | None = option(CHANGEABLE, None, range=POSITIVE, help="peak learning rate")
+    warmup: float | None = option(CHANGEABLE, None, range=NONNEGATIVE,
                                    help="warm-up: below 1 a fraction of the run, else steps")
-    weight_decay: float | None = _option(FIXED, None, range=NONNEGATIVE,
+    weight_decay: float | None = option(FIXED, None, range=NONNEGATIVE,
                                          help="AdamW's decoupled weight decay (not on biases and LayerNorm)")
-    dropout: float | None = _option(FIXED, None, range=PROBABILITY,
+    dropout: float | None = option(FIXED, None, range=PROBABILITY,
                                     help="every dropout while pretraining; the saved config keeps the model's own")
-    precision: str | None = _option(CHANGEABLE, None, choices=PRECISIONS,
+    precision: str | None = option(CHANGEABLE, None, choices=PRECISIONS,
                                     help="bf16: autocast (weights stay fp32); auto: bf16 where the GPU or CPU has "
                                          "bf16 hardware, else fp32")
-    adam_beta2: float | None = _option(FIXED, None, range=FRACTION, help="AdamW's second-moment decay")
-    init: str | None = _option(FIXED, None, choices=INITS,
+    adam_beta2: float | None = option(FIXED, None, range=FRACTION, help="AdamW's second-moment decay")
+    init: str | None = option(FIXED, None, choices=INITS,
                                help="a new model's weights: bert N(0, 0.02); scaled N(0, 1/sqrt(hidden)) and a "
                                     "sinusoidal position table (learns faster at small widths; same architecture "
                                     "and files)")
-    grad_accum: int = _option(FIXED, 1, range=POSITIVE_INT, help="micro-steps per update")
-    mask_rate: float | None = _option(FIXED, None, range=FRACTION,
+    grad_accum: int = option(FIXED, 1, range=POSITIVE_INT, help="micro-steps per update")
+    mask_rate: float | None = option(FIXED, None, range=FRACTION,
                                       help="fraction of tokens to predict (default 0.15; --arch modernbert 0.3)")
-    whole_word_mask: bool = _option(FIXED, False, help="mask every piece of a chosen word")
-    mask_rule: str = _option(FIXED, "80/10/10", metavar="M/R/K",
+    whole_word_mask: bool = option(FIXED, False, help="mask every piece of a chosen word")
+    mask_rule: str = option(FIXED, "80/10/10", metavar="M/R/K",
                              help="of the chosen tokens, percent replaced by [MASK] / by a random token / kept")
-    generator_width: float | None = _option(FIXED, None, range=Range(low=0, high=1, low_open=True), metavar="FRACTION",
+    generator_width: float | None = option(FIXED, None, range=Range(low=0, high=1, low_open=True), metavar="FRACTION",
                                             help="--objective electra: the generator's width (hidden size, heads, "
                                                  "intermediate size) as a fraction of the model's (default: 1/4, and "
                                                  "1/3 from hidden size 768, as ELECTRA-Small and -Base)")
-    generator_layers: int | None = _option(FIXED, None, range=POSITIVE_INT,
+    generator_layers: int | None = option(FIXED, None, range=POSITIVE_INT,
                                            help="--objective electra: the generator's depth (default: the model's; "
                                                 "DeBERTaV3's generator is half as deep)")
-    embedding_sharing: str | None = _option(FIXED, None, choices=SHARINGS,
+    embedding_sharing: str | None = option(FIXED, None, choices=SHARINGS,
                                             help="--objective electra: tied (ELECTRA: one token table for both) or "
                                                  "gdes (DeBERTaV3's gradient-disentangled sharing: the model's table "
                                                  "is the generator's, without its gradient, plus its own) "
                                                  "(default: tied)")
-    rtd_weight: float | None = _option(FIXED, None, range=POSITIVE,
+    rtd_weight: float | None = option(FIXED, None, range=POSITIVE,
                                        help=f"--objective electra: weight of the replaced-token detection loss "
                                             f"against the generator's MLM loss (default: {RTD_WEIGHT:g})")
-    compile: bool = _option(CHANGEABLE, False, help="torch.compile the model")
-    save_every: int = _option(CHANGEABLE, 1000, range=POSITIVE_INT, help="steps between checkpoints")
-    eval_every: int = _option(CHANGEABLE, 500, range=POSITIVE_INT, help="steps between validations")
-    log_every: int = _option(CHANGEABLE, 10, range=POSITIVE_INT, help="steps between status lines")
-    eval_samples: int = _option(CHANGEABLE, 512, range=NONNEGATIVE_INT,
+    compile: bool = option(CHANGEABLE, False, help="torch.compile the model")
+    save_every: int = option(CHANGEABLE, 1000, range=POSITIVE_INT, help="steps between checkpoints")
+    eval_every: int = option(CHANGEABLE, 500, range=POSITIVE_INT, help="steps between validations")
+    log_every: int = option(CHANGEABLE, 10, range=POSITIVE_INT, help="steps between status lines")
+    eval_samples: int = option(CHANGEABLE, 512, range=NONNEGATIVE_INT,
                                 help="validation sequences scored at each evaluation (0: no evaluation)")
-    keep: int = _option(CHANGEABLE, 2, range=NONNEGATIVE_INT, help="checkpoints to keep (0: all)")
-    seed: int = _option(FIXED, 0, range=NONNEGATIVE_INT, help="seed of the initial weights, data order and masking")
-    resume: bool = _option(INVOCATION, False,
+    keep: int = option(CHANGEABLE, 2, range=NONNEGATIVE_INT, help="checkpoints to keep (0: all)")
+    seed: int = option(FIXED, 0, range=NONNEGATIVE_INT, help="seed of the initial weights, data order and masking")
+    resume: bool = option(INVOCATION, False,
                            help="continue RUN_DIR's newest complete checkpoint (same model, objective, batch, masking "
                                 "and data; changed options such as --lr or --steps are recorded in "
                                 "RUN_DIR/config.json's resumes)")
-    max_grad_norm: float = _option(CHANGEABLE, 1.0, range=NONNEGATIVE, help="clip the gradient norm (0: no clipping)")
-    device: str = _option(CHANGEABLE, "auto", help="auto, cpu or cuda")
-    tokenizer: str | None = _option(RESOLVED, None,
+    max_grad_norm: float = option(CHANGEABLE, 1.0, range=NONNEGATIVE, help="clip the gradient norm (0: no clipping)")
+    device: str = option(CHANGEABLE, "auto", help="auto, cpu or cuda")
+    tokenizer: str | None = option(RESOLVED, None,
                                     help="check that DATA_DIR was prepared with this tokenizer (folder with vocab.txt)")
-    # BertConfig fields (`_option` returns a field(): each config gets its own dict from default_factory)
-    config_overrides: dict = _option(RESOLVED, flag="--config-json", metavar="JSON", default_factory=dict,  # noqa: RUF009
+    # BertConfig fields (`option` returns a field(): each config gets its own dict from default_factory)
+    config_overrides: dict = option(RESOLVED, flag="--config-json", metavar="JSON", default_factory=dict,  # noqa: RUF009
                                      help='model config overrides: a JSON object or a .json file, e.g. '
                                           '\'{"num_hidden_layers": 2}\'')
-    overwrite: bool = _option(INVOCATION, False, help="start again in a RUN_DIR that holds a previous run, deleting it")
-    init_from: str | None = _option(FIXED, None, metavar="DIR",
+    overwrite: bool = option(INVOCATION, False, help="start again in a RUN_DIR that holds a previous run, deleting it")
+    init_from: str | None = option(FIXED, None, metavar="DIR",
                                     help="continued pretraining: start from this HF directory (its shape and weights; "
                                          "a missing MLM head starts tied to the word embeddings; a left-to-right "
                                          "model continues bidirectionally); DATA_DIR must be prepared with its "
                                          "tokenizer; --preset is ignored")
-    report_to: str = _option(CHANGEABLE, "none", choices=REPORT_TO,
+    report_to: str = option(CHANGEABLE, "none", choices=REPORT_TO,
                              help="tensorboard: losses, lr, throughput and validation as they happen, in "
                                   "RUN_DIR/tensorboard (needs pip install 'bertkit[tensorboard]'); none: no curves")
 
@@ -254,10 +257,31 @@ class OptionError(UserError):
         return self.template.format(*map(flag_of, self.fields), **self.values)
 
 
+def field_flag(f: dataclasses.Field) -> str:
+    """A declared option's flag: its metadata's "flag", else --field-name."""
+    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+
+
 def flag_of(name: str) -> str:
     """The `bertkit pretrain` flag of a TrainConfig field."""
-    found = next(f for f in dataclasses.fields(TrainOptions) if f.name == name)
-    return found.metadata.get("flag", "--" + name.replace("_", "-"))
+    return field_flag(next(f for f in dataclasses.fields(TrainOptions) if f.name == name))
+
+
+def flag_words(obj, fields) -> list[str]:
+    """The flags that give `obj` its values of `fields` (declared options): a switch for True,
+    nothing for None, False or {}, JSON for a dict, a comma-separated list for a tuple."""
+    words = []
+    for f in fields:
+        value = getattr(obj, f.name)
+        if value is None or value is False or value == {}:
+            continue
+        if value is True:
+            words.append(field_flag(f))
+            continue
+        text = json.dumps(value) if isinstance(value, dict) else (
+            ",".join(map(str, value)) if isinstance(value, tuple) else str(value))
+        words += [field_flag(f), text]
+    return words
 
 
 def _check(cfg: TrainConfig) -> None:
@@ -306,13 +330,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
 
 def command_line(cfg: TrainConfig) -> list[str]:
     """`bertkit pretrain` with every option `cfg` resolved to as a flag (a new run's: no --resume)."""
-    words = ["bertkit", "pretrain"]
-    for f in dataclasses.fields(TrainOptions):
-        value = getattr(cfg, f.name)
-        if f.metadata["resume"] != INVOCATION and value is not None and value is not False and value != {}:
-            text = json.dumps(value) if isinstance(value, dict) else str(value)
-            words += [flag_of(f.name)] if value is True else [flag_of(f.name), text]
-    return words
+    fields = [f for f in dataclasses.fields(TrainOptions) if f.metadata["resume"] != INVOCATION]
+    return ["bertkit", "pretrain", *flag_words(cfg, fields)]
 
 
 def resume_rules(cls: type = TrainOptions) -> dict[str, str]:
@@ -322,5 +341,5 @@ def resume_rules(cls: type = TrainOptions) -> dict[str, str]:
     missing = [name for name, rule in rules.items() if rule not in RESUME_RULES]
     if missing:
         raise TypeError(f"{cls.__name__} field(s) {', '.join(missing)} declare no resume rule: give each "
-                        f"_option(rule, default) with a rule of {', '.join(RESUME_RULES)}")
+                        f"option(rule, default) with a rule of {', '.join(RESUME_RULES)}")
     return rules
