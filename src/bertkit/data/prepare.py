@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import signal
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,6 +67,9 @@ def _init_worker(tokenizer_dir: str, threads: bool) -> None:
 
     if not threads:  # the pool gives the parallelism; one thread per process avoids oversubscription
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        # a forked worker inherits its parent's signal handlers: one that catches SIGTERM (a training
+        # loop's stop request, a server's, the caller's own) would outlive `Pool.terminate` and hang its join
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
 
 
