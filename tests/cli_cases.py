@@ -300,7 +300,8 @@ CASES = [
     # embed a corpus into shards
     Case(f"{EM} --shard-size 10", "--shard-size applies to --shards"),
     Case(f"{EM} --engine ray", "--engine applies to --shards"),
-    Case(EM.replace("$text", "$text $text"), "--input names a corpus (several files, a folder or a pattern): embed it"),
+    Case(EM.replace("$text", "$text $text"), "--input names a corpus (several files, a folder or a pattern), "
+                                             "embedded into a folder of shards: give --out a folder, not a .npy file"),
     Case(EM.replace("$text", "'no/*.txt'"), "argument --input: no/*.txt: the pattern matches no file"),
     Case(f"{EC} --workers 2", "--workers applies to --engine ray"),
     Case(f"{EC} --ray-address auto", "--ray-address applies to --engine ray"),
@@ -373,6 +374,7 @@ CASES = [
     Case("search --index d q", "d: not a search index (no meta.json)", {"d/notes.txt": "mine"}),
     Case(f"{SE} -k 0", "argument -k/--top-k"),
     Case(f"{SE} --candidates 5", "--candidates applies to --rerank only"),
+    Case(f"{SE} --precision fp16", "argument --precision"),
     Case(f"{SE} --rerank $tiny -k 5 --candidates 2", "--candidates 2 is fewer than -k 5"),
     Case(f"{SE} --rerank $tiny", "a reranker has one output (num_labels 1)"),
     # data, evaluate --task retrieval
@@ -463,6 +465,13 @@ CASES = [
     Case("demo --threads 0", "argument --threads"),
     Case("bench --repeats 0", "argument --repeats"),
     Case("bench --json b.json", "b.json: exists; pass --overwrite", {"b.json": "[]"}),
+    # experiment
+    Case("experiment nosuch", "argument name: invalid choice: 'nosuch'"),
+    Case("experiment t5-shapes --scale huge --plan-only", "--scale: experiment t5-shapes has scales cpu, tiny"),
+    Case("experiment t5-shapes --scale tiny --only nothing* --plan-only", "--only nothing*: no cell matches"),
+    Case("experiment t5-shapes --scale tiny --set corpu=a.txt --plan-only", "--set corpu: experiment t5-shapes has"),
+    Case("experiment t5-shapes --scale tiny --set nokey --plan-only", "argument --set: expected KEY=VALUE"),
+    Case("experiment t5-shapes --scale tiny --report-only --out nothing", "nothing: has no cells yet"),
     # ablate
     Case("ablate --out abl --scale huge", "argument --scale: unknown scale 'huge'"),
     Case("ablate --out abl --seeds 1,1", "argument --seeds"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import traceback
@@ -114,3 +115,33 @@ def same_folder(a: Path, b: Path, skip: tuple[str, ...] = ()) -> list[str]:
         else:
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
     return files
+
+
+def resume_point(partial: Path) -> tuple[int, int] | None:
+    """(seed, step) of the checkpoint a killed fine-tuning run left for its running seed (complete:
+    its trainer_state.json is written last), or None: the continued run starts that seed at step 0."""
+    try:
+        finished = {r["seed"] for r in json.loads((partial / "progress.json").read_text())["finished"]}
+    except (OSError, ValueError, KeyError):
+        finished = set()
+    states = sorted((partial / "checkpoint").glob("step-*/trainer_state.json"))
+    if not states:
+        return None
+    seed = json.loads(states[-1].read_text())["seed"]
+    return None if seed in finished else (seed, int(states[-1].parent.name[5:]))
+
+
+def continued_from(log: Path, point: tuple[int, int] | None, per_epoch: int) -> None:
+    """The continued run whose output is `log` began where `point` says: it says it continues seed S
+    from step N, and every evaluation it logs for seed S comes after step N (a restart at step 0
+    logs the earlier ones again); with no checkpoint, it continues none."""
+    text = log.read_text()
+    said = re.findall(r"seed (\d+): continuing from step (\d+) of", text)
+    if point is None:
+        assert not said, (log, said)
+        return
+    seed, step = point
+    assert said == [(str(seed), str(step))], (log, said, point)
+    evals = [int(m[0]) if m[0] else int(m[1]) * per_epoch
+             for m in re.findall(rf"seed {seed} (?:step (\d+) |epoch (\d+)/\d+:)", text)]
+    assert all(e > step for e in evals), (log, point, evals)

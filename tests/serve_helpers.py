@@ -147,6 +147,8 @@ def start_server(model_dir: Path, *flags: str):
     proc = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", "--model", f"mlm={model_dir}",
                              "--port", "0", *flags], env=env, stderr=subprocess.PIPE, text=True)
     line = proc.stderr.readline()
+    while line and "listening on" not in line:  # the notes before it (threads, precision on a bf16 CPU)
+        line = proc.stderr.readline()
     port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
     assert "ready" in proc.stderr.readline()
     return proc, f"http://127.0.0.1:{port}"

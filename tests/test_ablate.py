@@ -23,6 +23,7 @@ from bertkit.ablate.report import (
     render_markdown,
     sign_verdict,
 )
+from bertkit.experiments.runner import Progress
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +271,7 @@ def test_time_left_trusts_measurements_only_as_they_accumulate():
     cells that all took twice their estimates does double the time left."""
     plan = build_plan("cpu-small", (1, 2, 3), None, None)
     first, *rest = plan.cells
-    progress = cells_module.Progress(plan, set(), log=lambda line: None)
+    progress = Progress(plan.cells, set(), log=lambda line: None)
     estimate_left = sum(c.estimate_s for c in rest)
     progress.finished(first, first.estimate_s / 10)
     assert 0.8 * estimate_left < progress.remaining() < estimate_left

@@ -41,20 +41,20 @@ def test_each_objective_gets_the_steps_that_spend_the_budgets_flops():
     flops = {o: flops_per_step(scale, o, f) for o, f in
              (("mlm+nsp", "nsp"), ("mlm", "packed"), ("ltr", "packed"), ("electra", "packed"))}
     # an independent count: the encoder plus the head at 15% of positions, or at every next token
-    config = BertConfig.preset("tiny", vocab_size=8000, num_hidden_layers=4, hidden_size=128, num_attention_heads=2,
-                               intermediate_size=512)
+    config = BertConfig.preset("tiny", vocab_size=8000, num_hidden_layers=1, hidden_size=64, num_attention_heads=2,
+                               intermediate_size=256)
     lengths = [128] * 32
     assert flops["mlm"] == flops["mlm+nsp"] == step_flops(config, lengths, round(32 * 128 * 0.15), training=True)
     assert flops["ltr"] == step_flops(config, lengths, 32 * 127, training=True)
     assert flops["mlm"] < flops["electra"] < flops["ltr"]
     for m in (1, 3, 9):
         suffix = "" if m == 1 else f"-x{m}"
-        budget = m * 1600 * flops["mlm+nsp"]
-        assert steps[f"bert{suffix}"] == steps[f"no-nsp{suffix}"] == 1600 * m
+        budget = m * 3200 * flops["mlm+nsp"]
+        assert steps[f"bert{suffix}"] == steps[f"no-nsp{suffix}"] == 3200 * m
         for objective, name in (("ltr", "ltr"), ("electra", "electra")):
             ours = steps[f"{name}-x{m}"]
-            assert ours < 1600 * m and abs(ours * flops[objective] - budget) <= flops[objective] / 2
-    assert steps["ltr-x9"] == round(14400 * flops["mlm"] / flops["ltr"])  # ~1.8x fewer: 7,928 of 14,400
+            assert ours < 3200 * m and abs(ours * flops[objective] - budget) <= flops[objective] / 2
+    assert steps["ltr-x9"] == round(28800 * flops["mlm"] / flops["ltr"])  # ~4x fewer: 7,125 of 28,800
 
 
 def test_curve_cells_share_table5s_and_seeds_can_stop_short(monkeypatch):
@@ -194,7 +194,7 @@ def test_plan_only_estimates_the_curve(capsys):
     assert main(["ablate", "--out", "unused", "--scale", "cpu-curve", "--plan-only"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("scale cpu-curve: ") and "compute curve: budgets 1x, 3x, 9x" in out
-    assert "LTR: 881 / 2,643 / 7,928" in out and "pretrain/electra-x9  ~" in out and "tasks/stsb" in out
+    assert "LTR: 792 / 2,375 / 7,125" in out and "pretrain/electra-x9  ~" in out and "tasks/stsb" in out
 
 
 def test_a_stopped_curve_resumes_and_draws_each_task(inputs, tmp_path, monkeypatch):

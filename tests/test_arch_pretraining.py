@@ -51,13 +51,21 @@ def _args(data: dict, arch: str, out, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_each_arch_pretrains_saves_its_layout_and_resumes_bit_for_bit(data, arch, tmp_path):
-    extra = ("--steps", "8", "--save-every", "4", "--eval-every", "4", "--eval-samples", "8", "--keep", "0")
+def test_each_arch_pretrains_saves_its_layout_and_resumes_bit_for_bit(data, arch, tmp_path, capsys):
+    extra = ("--steps", "8", "--save-every", "4", "--eval-every", "4", "--eval-samples", "8", "--keep", "0",
+             "--log-every", "1")
     assert main(_args(data, arch, tmp_path / "whole", *extra)) == 0
     shutil.copytree(tmp_path / "whole", tmp_path / "half")  # as if stopped right after the step-4 checkpoint
     for later in ("model", "discriminator", "generator", "checkpoints/step-0000008"):
         shutil.rmtree(tmp_path / "half" / later, ignore_errors=True)
+    metrics = tmp_path / "half" / "metrics.jsonl"  # the records before the stop, marked as the first run's
+    metrics.write_text("".join(json.dumps({**r, "first_run": True}) + "\n" for r in _records(metrics)))
+    capsys.readouterr()
     assert main(_args(data, arch, tmp_path / "half", *extra, "--resume")) == 0
+    # it continued the checkpoint (a restart at step 0 ends with the same weights: this tells them apart)
+    assert capsys.readouterr().out.startswith(f"resuming from {tmp_path / 'half' / 'checkpoints' / 'step-0000004'} ")
+    steps = [(r["step"], "first_run" in r) for r in _records(metrics) if r["kind"] == "train"]
+    assert steps == [(s, s <= 4) for s in range(1, 9)], steps  # its first logged step is 5
     for name in ("model", "discriminator", "generator"):
         if (tmp_path / "whole" / name).is_dir():
             assert_bit_identical(tmp_path / "whole" / name, tmp_path / "half" / name)
@@ -74,6 +82,36 @@ def test_each_arch_pretrains_saves_its_layout_and_resumes_bit_for_bit(data, arch
         a, b = ours(ids, mask), ref.eval()(input_ids=ids, attention_mask=mask)
     want = b.prediction_logits if hf_class.endswith("PreTraining") else b.logits
     assert (a.logits - want).abs().max() < 1e-4
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("arch, rate", [("modernbert", 0.3), ("roberta", 0.15)])
+def test_modernbert_masks_30_percent_of_the_tokens_where_the_others_mask_15(data, arch, rate, tmp_path):
+    """ModernBERT's authors' 30%: the resolved config's rate, and the labelled share of the tokens a
+    batch could mask (all but padding and special tokens) within 4 standard deviations of it."""
+    import argparse
+
+    from bertkit.cli.pretrain import add_arguments, train_config
+    from bertkit.pretrain.build import build_objective
+    from bertkit.pretrain.setup import open_data
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = train_config(parser.parse_args(_args(data, arch, tmp_path / "run", "--steps", "1")[1:]))
+    assert cfg.mask_rate == rate and cfg.masking().rate == rate
+    train, _, tokenizer = open_data(cfg)
+    batch = train.batch(np.arange(min(len(train), 512)))
+    labels = build_objective(cfg, train.manifest, tokenizer).prepare(batch, torch.device("cpu"), 0, 0)["labels"]
+    ids = torch.as_tensor(batch["input_ids"]).long()
+    maskable = torch.as_tensor(batch["attention_mask"]).bool() & ~torch.isin(ids, torch.tensor(
+        train.manifest["special_ids"]))
+    n = int(maskable.sum())
+    share = float((labels != -100)[maskable].float().mean())
+    assert n > 2000 and abs(share - rate) < 4 * (rate * (1 - rate) / n) ** 0.5, (share, rate, n)
+    assert not (labels != -100)[~maskable].any()
 
 
 def test_albert_shares_one_tensor_per_layer_role_and_learns_sentence_order_as_its_pair_task(data, tmp_path):

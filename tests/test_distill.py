@@ -189,6 +189,9 @@ def test_distilled_classifier_closes_the_gap_loads_in_transformers_and_evaluates
     assert run_cli("distill", "--teacher", classifier_teacher, "--task", "sst2", "--student-preset", "teacher",
                    "--train", tmp_path / "train.tsv", "--dev", tmp_path / "dev.tsv", "--out", out, "--epochs", "4",
                    "--lr", "2e-3", "--batch-size", "16", "--hard-weight", "0", "--no-progress") == 0
+    first = capsys.readouterr().out.splitlines()[0]  # its precision in its first line and its results
+    assert first.startswith("bertkit distill: sst2") and first.endswith(", fp32"), first
+    assert json.loads((out / "results.json").read_text())["args"]["precision"] == "fp32"
     report = json.loads((out / "distill.json").read_text())
     assert report["student"]["teacher_layers"] == [4] and report["student"]["init"] == "teacher"
     assert report["student_parameters"] < report["teacher_parameters"]

@@ -191,3 +191,47 @@ def test_embed_cli_errors(minilm_dir, tmp_path, capsys):
         stderr = capsys.readouterr().err
         assert stderr.count("\n") == 1 and stderr.startswith("bertkit embed: error: ") and expected in stderr, stderr
     assert not (tmp_path / "out.npy").exists()
+
+
+# ---- a folder or a pattern: shards, with the base install (no pyarrow) ----
+
+def test_a_folder_or_pattern_is_embedded_into_npy_shards_without_pyarrow(tiny_dir, tmp_path, capsys, monkeypatch):
+    """No --shards and no pyarrow (`pip install -e .`): a folder (or glob) writes .npy shards with
+    their ids to --out, says so in one line, and records the format in the manifest."""
+    import json
+
+    from bertkit.cli import main
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as the base install: `import pyarrow` fails
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    texts = ["good movie", "bad plot", "the actor", "a scene and a film", "fine"]
+    (corpus / "a.txt").write_text("\n".join(texts[:3]) + "\n", encoding="utf-8")
+    (corpus / "b.txt").write_text("\n".join(texts[3:]) + "\n", encoding="utf-8")
+    model, tok = load_encoder(tiny_dir)
+    want = embed_texts(model, tok, texts, pooling="mean", max_length=32, progress=False)
+    flags = ["--model", str(tiny_dir), "--pooling", "mean", "--max-length", "32", "--precision", "fp32",
+             "--no-progress"]
+    for given, out in ((str(corpus), tmp_path / "vecs"), (str(corpus / "*.txt"), tmp_path / "globbed")):
+        assert main(["embed", *flags, "--input", given, "--out", str(out)]) == 0
+        err = capsys.readouterr().err
+        assert f"bertkit embed: --input is a corpus: writing its vectors as shards (npy, with their ids and a " \
+               f"manifest) to the folder {out}" in err, err
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["complete"] and manifest["shard_format"] == "npy" and manifest["count"] == 5
+        ids = [i for n in (0, 1) for i in json.loads((out / f"shard-00000{n}.ids.json").read_text())]
+        got = np.concatenate([np.load(out / f"shard-00000{n}.npy") for n in (0, 1)])
+        assert ids == ["a.txt:1", "a.txt:2", "a.txt:3", "b.txt:1", "b.txt:2"]
+        assert np.abs(got - want).max() < 1e-5, _max_diff(got, want)
+    one = tmp_path / "one"  # --shards asked for, of one file: the same default format, nothing more said
+    assert main(["embed", *flags, "--shards", "--input", str(corpus / "a.txt"), "--out", str(one)]) == 0
+    assert "--input is a corpus" not in capsys.readouterr().err
+    assert json.loads((one / "manifest.json").read_text())["shard_format"] == "npy"
+    for argv, expected in (
+            (["--input", str(corpus), "--out", str(tmp_path / "v.npy")], "give --out a folder, not a .npy file"),
+            (["--input", str(corpus), "--out", str(tmp_path / "p"), "--format", "parquet"],
+             "--format parquet needs pyarrow (pip install 'bertkit[parquet]'); or pass --format npy")):
+        assert main(["embed", *flags, *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and expected in err, err
+    assert not (tmp_path / "v.npy").exists() and not (tmp_path / "p").exists()

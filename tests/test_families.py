@@ -46,6 +46,16 @@ FAMILIES = {
     "deberta-v2": ("DebertaV2Config", dict(COMMON, relative_attention=True, max_relative_positions=5,
                                            pos_att_type="c2p|p2c", share_att_key=False, position_biased_input=True,
                                            type_vocab_size=2, pooler_hidden_act="tanh"), "DebertaV2", True),
+    # max_relative_positions unset (-1: max_position_embeddings), 4 buckets under the 9 tokens
+    "deberta-v3-log": ("DebertaV2Config", dict(COMMON, relative_attention=True, position_buckets=4,
+                                               pos_att_type=["p2c", "c2p"], share_att_key=True,
+                                               norm_rel_ebd="layer_norm", position_biased_input=False,
+                                               type_vocab_size=0), "DebertaV2", True),
+    # v2-xlarge's shape: the convolution after the first layer, 16 buckets over the 9 tokens
+    "deberta-v2-conv": ("DebertaV2Config", dict(COMMON, relative_attention=True, position_buckets=16,
+                                                pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm",
+                                                position_biased_input=False, type_vocab_size=0, conv_kernel_size=3,
+                                                conv_act="gelu", conv_groups=2), "DebertaV2", True),
     "modernbert": ("ModernBertConfig", dict(COMMON, num_hidden_layers=4, local_attention=4,
                                             global_attn_every_n_layers=3, pad_token_id=0, global_rope_theta=1000.0,
                                             local_rope_theta=50.0),
@@ -215,7 +225,8 @@ def test_bertkit_save_loads_strictly_in_transformers(tmp_path, family, kind):
                      f"{family} reloaded {kind}")
 
 
-@pytest.mark.parametrize("family", ["roberta", "deberta-v3", "modernbert", "albert"])
+@pytest.mark.parametrize("family", ["roberta", "deberta-v3", "deberta-v3-log", "deberta-v2-conv", "modernbert",
+                                    "albert"])
 def test_unpadded_path_equals_padded(tmp_path, family):
     ours = ours_of(reference(family, "Model"), tmp_path, "Model")
     inputs = batch(family)

@@ -14,7 +14,10 @@ rebuilt from the stored vectors on a resume, by the searches it answers. The cha
 side. Each run is a child forked from this process, which has imported torch and bertkit already,
 so a child costs its own work and not an interpreter's start-up (~3.5 s of CPU each, 24 children);
 it runs `bertkit.cli.main` on the command line as typed, and the SIGKILL is the kernel's.
-`test_disk.py` covers full disks and vanished folders.
+Fine-tuning draws two of its points in its second seed, and each continued fine-tuning run must
+say it continues the checkpoint its kill left (equal outputs cannot tell a resume from a restart
+at step 0). A `--resume` while the first process still lives is refused, and the first one ends as
+if alone. `test_disk.py` covers full disks and vanished folders.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from ablate_helpers import write_inputs
 from bertkit.ablate.report import render_markdown
 from bertkit.cli import main
 from finetune_helpers import write_sst2, write_stsb
-from kill_helpers import Child, same_folder, tensors_equal, without_times
+from kill_helpers import Child, continued_from, resume_point, same_folder, tensors_equal, without_times
 from pretrain_helpers import tiny_args
 
 SEED = 45
@@ -110,6 +113,13 @@ class Command:
     points: list[int]  # where a kill may be asked for (three are drawn)
     resume: bool = True  # continued with --resume (else: the same command)
     marker: str = ""  # what a finished run's output holds: a kill after it is no kill
+    per_seed: int = 0  # fine-tuning: steps per seed (points past it are in a later seed: two are drawn there)
+
+    def draw(self, rng: random.Random) -> list[int]:
+        later = [p for p in self.points if p > self.per_seed] if self.per_seed else []
+        if not later:
+            return sorted(rng.sample(self.points, 3))
+        return sorted(rng.sample([p for p in self.points if p <= self.per_seed], 1) + rng.sample(later, 2))
 
     def finished(self, root: Path) -> bool:
         return bool(self.marker) and (root / "out" / self.marker).exists() and not (root / ".out.partial").exists()
@@ -119,7 +129,7 @@ COMMANDS = {
     "pretrain": Command(_pt, lambda root: _newest_step(root / "out" / "checkpoints"), list(range(4, 100, 4)),
                         marker="model/model.safetensors"),
     "finetune": Command(_ft, lambda root: _seed_progress(root, 30), [3, 7, 12, 15, 21, 30, 33, 37, 45, 51],
-                        marker="results.json"),
+                        marker="results.json", per_seed=30),
     "distill": Command(_di, lambda root: _seed_progress(root, 90), [2, 6, 10, 15, 22, 30, 36, 42],
                        marker="distill.json"),
     "tune": Command(_tu, _trial_progress, [2, 4, 102, 104, 202, 204, 302], resume=False),
@@ -208,7 +218,7 @@ class Chain:
             if self.proc.returncode == 0 or self.command.finished(self.root):  # the signal came after the end
                 return self.ended()
             self.kills.append({"point": point, "progress": self.command.progress(self.root),
-                               "exit": self.proc.returncode})
+                               "exit": self.proc.returncode, "from": resume_point(self.root / ".out.partial")})
             self.kill_at = None
             self.start()
         return False
@@ -229,7 +239,7 @@ def chains(inputs, tmp_path_factory) -> dict[str, Chain]:
     runs = {}
     for name, command in COMMANDS.items():
         root = tmp_path_factory.mktemp(f"killed-{name}")
-        points = sorted(rng.sample(command.points, 3))
+        points = command.draw(rng)
         runs[name] = Chain(name, command, root, command.argv(inputs, "out"), points,
                            [round(rng.uniform(0, 1), 3) for _ in points])
         runs[name].start()
@@ -252,14 +262,18 @@ def _check(chains, name: str) -> Chain:
     return chain
 
 
-@pytest.mark.parametrize("name", ["finetune", "distill"])
-def test_fine_tuning_killed_three_times_ends_bit_identical(name, chains, uninterrupted):
+@pytest.mark.parametrize("name, per_epoch", [("finetune", 15), ("distill", 15)])
+def test_fine_tuning_killed_three_times_ends_bit_identical(name, per_epoch, chains, uninterrupted):
     chain = _check(chains, name)
     files = same_folder(uninterrupted[name] / "out", chain.root / "out")
     assert "model/model.safetensors" in files and "results.json" in files
     assert not (chain.root / ".out.partial").exists() and not list(chain.root.glob(".out.*"))
     resumes = json.loads((chain.root / "out" / "results.json").read_text())["resumes"]
     assert len(resumes) == len(chain.kills)
+    for n, kill in enumerate(chain.kills):  # each continued run began at the checkpoint its kill left, not at 0
+        continued_from(chain.root / f"run{n + 1}.log", kill["from"], per_epoch)
+    if COMMANDS[name].per_seed:  # issue 51: a kill in a later seed of several
+        assert any(k["progress"] > COMMANDS[name].per_seed for k in chain.kills), chain.kills
 
 
 def test_pretraining_killed_three_times_ends_bit_identical(chains, uninterrupted):
@@ -329,3 +343,33 @@ def test_sigterm_stops_fine_tuning_after_a_checkpoint_and_it_continues_identical
     assert again.wait() == 0
     assert f"seed 1: continuing from step {stopped[1]} of 30" in (tmp_path / "continued.log").read_text()
     same_folder(uninterrupted["finetune"] / "out", tmp_path / "out")
+
+
+@pytest.mark.parametrize("name, started", [("finetune", 33), ("distill", 4)])
+def test_a_resume_while_the_first_run_still_lives_is_refused_and_the_first_one_finishes(name, started, inputs,
+                                                                                      uninterrupted, tmp_path):
+    """Issue 51: a SIGKILL that reached a wrapper (a shell, `uv run`) leaves bertkit running. A
+    `--resume` then must not train the rest beside it (the first to finish renamed the folder to
+    OUT and the other exited 1, "the run's folder was deleted while it ran"): it is refused in one
+    line naming the live process, touching nothing, and the first run ends as if alone."""
+    argv = COMMANDS[name].argv(inputs, "out")
+    first = Child(argv, tmp_path, tmp_path / "first.log")
+    deadline = time.monotonic() + 120
+    while COMMANDS[name].progress(tmp_path) < started and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first.send_signal(signal.SIGSTOP)  # it holds the run, and the folder stays as it is while it waits
+    try:
+        partial = tmp_path / ".out.partial"
+        before = {p: p.read_bytes() for p in partial.rglob("*") if p.is_file()}
+        second = Child([*argv, "--resume"], tmp_path, tmp_path / "second.log")
+        assert second.wait() == 2
+        lines = (tmp_path / "second.log").read_text().splitlines()
+        assert lines == [f"bertkit {name}: error: .out.partial: another process (pid {first.pid}) is still running "
+                         f"this run; let it finish (its result goes to out) or stop it, then continue with --resume"]
+        assert {p: p.read_bytes() for p in partial.rglob("*") if p.is_file()} == before
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait() == 0, (tmp_path / "first.log").read_text()[-2000:]
+    same_folder(uninterrupted[name] / "out", tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["resumes"] == []
+    assert not partial.exists()

@@ -111,6 +111,33 @@ def test_a_chunked_build_stores_the_vectors_of_a_one_chunk_build(tiny_dir, tmp_p
     assert np.allclose(np.linalg.norm(whole.vectors.rows(0, 200), axis=1), 1.0, atol=1e-5)
 
 
+def test_a_stopped_build_resumes_after_its_last_chunk_and_embeds_only_the_rest(tiny_dir, tmp_path, monkeypatch):
+    """`index --resume` continues from progress.json: the passages it embeds are the ones the stopped
+    build had not (a restart at passage 0 would store the same vectors, so the count is what tells)."""
+    from bertkit.cli import main
+    from bertkit.search import index as index_module
+
+    docs = _write_txt(tmp_path / "docs.txt", _passages(300, seed=4))
+    argv = ["index", "--model", str(tiny_dir), "--input", str(docs), "--chunk", "64", "--no-progress", "--threads", "1"]
+    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
+    real_done, real_encode, encoded = index_module._Build.chunk_done, Encoder.encode, []
+
+    def stop_after_two(self, *args):
+        real_done(self, *args)
+        if self.state["done"] == 128:
+            raise KeyboardInterrupt  # as Ctrl-C after the second chunk's progress is written
+
+    monkeypatch.setattr(index_module._Build, "chunk_done", stop_after_two)
+    assert main([*argv, "--out", str(tmp_path / "idx")]) == 130
+    monkeypatch.setattr(index_module._Build, "chunk_done", real_done)
+    monkeypatch.setattr(Encoder, "encode", lambda self, texts, **kw: encoded.append(len(texts)) or
+                        real_encode(self, texts, **kw))
+    assert main([*argv, "--out", str(tmp_path / "idx"), "--resume"]) == 0
+    assert encoded == [64, 64, 44]  # passages 129-300, chunk by chunk
+    for name in ("vectors.npy", "passages.jsonl", "offsets.npy"):
+        assert (tmp_path / "idx" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
 def test_beir_jsonl_puts_the_title_first_and_refuses_bad_rows(tmp_path):
     good = tmp_path / "corpus.jsonl"
     good.write_text('{"_id": "d1", "title": "Paris", "text": "is in France."}\n\n{"id": 7, "text": "plain"}\n',

@@ -54,29 +54,36 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def log_buckets(distance: Tensor, buckets: int, max_position: int) -> Tensor:
     """DeBERTa's relative distances: exact within buckets/2 of zero, logarithmic beyond, so
-    `buckets` rows cover distances up to `max_position`."""
+    `buckets` rows cover distances up to `max_position`. The logarithms are fp32, the base's too,
+    as transformers computes them: in fp64 the ceiling puts some distances in the next bucket
+    (20 buckets over 64 positions: distance 63 in 20, not 19)."""
     mid = buckets // 2
     sign = torch.sign(distance)
     near = (distance < mid) & (distance > -mid)
     size = torch.where(near, torch.tensor(mid - 1, dtype=distance.dtype, device=distance.device), distance.abs())
-    far = torch.ceil(torch.log(size / mid) / math.log((max_position - 1) / mid) * (mid - 1)) + mid
+    base = torch.log(torch.tensor((max_position - 1) / mid, dtype=torch.float32, device=distance.device))
+    far = torch.ceil(torch.log(size.float() / mid) / base * (mid - 1)) + mid
     return torch.where(size <= mid, distance.to(far.dtype), far * sign).long()
+
+
+def farthest_distance(config: BertConfig) -> int:
+    """DeBERTa's max_relative_positions, where -1 (or any value below 1) means
+    max_position_embeddings: the distance the log buckets reach."""
+    return config.max_relative_positions if config.max_relative_positions > 0 else config.max_position_embeddings
 
 
 def relative_positions(L: int, config: BertConfig, device) -> Tensor:
     """(L, L): query i to key j, i - j, log-bucketed when the config buckets distances."""
     ids = torch.arange(L, device=device)
     distance = ids[:, None] - ids[None, :]
-    if config.position_buckets > 0 and config.max_relative_positions > 0:
-        return log_buckets(distance, config.position_buckets, config.max_relative_positions)
+    if config.position_buckets > 0:
+        return log_buckets(distance, config.position_buckets, farthest_distance(config))
     return distance
 
 
 def relative_span(config: BertConfig) -> int:
     """Rows on each side of zero in DeBERTa's relative table."""
-    if config.position_buckets > 0:
-        return config.position_buckets
-    return config.max_relative_positions if config.max_relative_positions > 0 else config.max_position_embeddings
+    return config.position_buckets if config.position_buckets > 0 else farthest_distance(config)
 
 
 @dataclass

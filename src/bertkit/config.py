@@ -24,7 +24,7 @@ POSITIONS = ("absolute", "rotary", "none")  # a learned table added to the input
 # integer fields and their smallest allowed value (type_vocab_size 0: no segment embeddings)
 _INT_FIELDS = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1,
                "intermediate_size": 1, "max_position_embeddings": 2, "type_vocab_size": 0, "position_offset": 0,
-               "local_attention": 0, "global_attn_every_n_layers": 1}
+               "local_attention": 0, "global_attn_every_n_layers": 1, "conv_kernel_size": 0, "conv_groups": 1}
 _BOOLS = ("norm_first", "gated_ffn", "bias", "norm_bias", "head_bias", "decoder_bias", "relative_attention",
           "share_att_key", "norm_rel_ebd")
 _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
@@ -73,6 +73,9 @@ class BertConfig:
     share_att_key: bool = False  # DeBERTa: positions projected by the content query/key maps
     norm_rel_ebd: bool = False  # DeBERTa: LayerNorm over the relative embeddings
     pooler_hidden_act: str = "tanh"  # the pooled summary's activation (DeBERTa: gelu)
+    conv_kernel_size: int = 0  # DeBERTa-v2: tokens (odd) of a convolution added to the first layer's output; 0: none
+    conv_act: str = "tanh"  # DeBERTa-v2: that convolution's activation
+    conv_groups: int = 1  # DeBERTa-v2: that convolution's channel groups (a divisor of hidden_size)
     classifier_pooling: str = "cls"  # ModernBERT's sequence summary: the first token or the mean
 
     def __post_init__(self):
@@ -103,7 +106,7 @@ class BertConfig:
         if self.position_embedding_type not in POSITIONS:
             raise ValueError(f"position_embedding_type must be one of {', '.join(POSITIONS)}, "
                              f"not {self.position_embedding_type!r}")
-        for name in ("pooler_hidden_act",):
+        for name in ("pooler_hidden_act", "conv_act"):
             if getattr(self, name) not in _ACTIVATIONS:
                 raise ValueError(f"{name} {getattr(self, name)!r} unsupported; use one of {_ACTIVATIONS}")
         if self.classifier_pooling not in ("cls", "mean"):
@@ -112,6 +115,9 @@ class BertConfig:
         if groups is not None and (not _is_int(groups) or groups < 1 or self.num_hidden_layers % groups):
             raise ValueError(f"num_hidden_groups must divide num_hidden_layers {self.num_hidden_layers}, "
                              f"not {groups!r}")
+        if self.conv_kernel_size and (self.conv_kernel_size % 2 == 0 or self.hidden_size % self.conv_groups):
+            raise ValueError(f"conv_kernel_size must be odd ({self.conv_kernel_size}) and conv_groups divide "
+                             f"hidden_size {self.hidden_size} ({self.conv_groups}): change them")
         if not set(self.pos_att_type) <= {"c2p", "p2c"}:
             raise ValueError(f"pos_att_type may hold 'c2p' and 'p2c', not {list(self.pos_att_type)!r}")
         if self.position_embedding_type == "rotary" and self.head_size % 2:

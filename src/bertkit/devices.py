@@ -1,5 +1,9 @@
 """`--device` for every command: "auto" picks CUDA, then Apple's MPS, then the CPU; `--precision`
-(fp32, or bf16 autocast where the hardware computes bf16) and the one autocast context it means."""
+(fp32, or bf16 autocast where the hardware computes bf16) and the one autocast context it means.
+
+The commands whose outputs are compared or stored (embed, index, search, evaluate, serve) default
+to fp32, as sentence-transformers, TEI and infinity do: "auto" would give other numbers on another
+machine. Where bf16 would run natively, `bf16_note` is the line that says so."""
 
 from __future__ import annotations
 
@@ -86,3 +90,18 @@ def inference_precision(name: str, device: torch.device, int8: bool = False, bac
             raise UserError("bf16 runs torch models under autocast: not with int8 or the ONNX backend")
         return "fp32"
     return resolve_precision(name, device)
+
+
+# bf16 against fp32 where the CPU computes bf16 (AVX512-BF16; docs/cli.md#precision): all-MiniLM-L6-v2
+# served 2.1x the requests/s (bench/README.md), its vectors at a cosine of 0.99998 or more to fp32's
+# (docs/embeddings.md); ALBERT's shared layer deviates more (docs/results/albert-bf16/)
+BF16_NOTE = ("precision fp32 (this CPU computes bf16: --precision bf16 is about 2x faster, its vectors at a cosine "
+             "of 0.9999 to fp32's; docs/cli.md#precision)")
+
+
+def bf16_note(device: str, int8: bool = False, backend: str = "torch") -> str | None:
+    """The line for a command left at its fp32 default on a CPU that computes bf16 natively (where
+    `--precision bf16` would run: torch weights, not int8); None elsewhere."""
+    if int8 or backend != "torch" or resolve_device(device).type != "cpu" or not cpu_has_bf16():
+        return None
+    return BF16_NOTE

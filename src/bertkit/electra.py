@@ -6,7 +6,9 @@ real token, whether its input there is the original token or a replacement. Only
 discriminator is kept for fine-tuning; the generator is a masked LM in its own right.
 - `ElectraForPreTraining`: the discriminator: the encoder and the replaced-token detection (RTD)
   head (dense C -> C, activation, dense C -> 1), one logit per token, > 0 for "replaced"; the
-  same model and loss as transformers' ElectraForPreTraining (BCE over attention_mask == 1);
+  same model and loss as transformers' ElectraForPreTraining (BCE over attention_mask == 1). A
+  family whose head is its own (`Family.rtd_context`, DeBERTa-v3's) first normalises each token's
+  state plus the first token's, LN(h_t + h_0), as DeBERTa's code does;
 - `ElectraPretraining`: what `bertkit pretrain --objective electra` trains: both models, sharing
   one embeddings module (token, position and segment tables and their LayerNorm: one set of
   tensors, as ELECTRA ties them); the generator's embeddings are therefore as wide as the
@@ -39,6 +41,7 @@ from torch import Tensor, nn
 
 from bertkit.config import IGNORE_INDEX, BertConfig
 from bertkit.errors import UserError
+from bertkit.families import family_of
 from bertkit.heads import BertForMaskedLM, Head, HeadOutput
 from bertkit.model import ACTIVATIONS, BertModel
 
@@ -101,16 +104,22 @@ def rtd_loss(logits: Tensor, labels: Tensor, attention_mask: Tensor | None, redu
 
 
 class ReplacedTokenHead(nn.Module):
-    """dense C -> C, activation (hidden_act), dense C -> 1: a logit per token, > 0 for "replaced"."""
+    """dense C -> C, activation (hidden_act), dense C -> 1: a logit per token, > 0 for "replaced";
+    in a family with `rtd_context` (DeBERTa-v3) after LayerNorm(h_t + h_0), the first token's state
+    added to every token's."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         C = config.hidden_size
+        context = family_of(config.model_type).rtd_context
+        self.norm = nn.LayerNorm(C, eps=config.layer_norm_eps) if context else None
         self.dense = nn.Linear(C, C)
         self.act = ACTIVATIONS[config.hidden_act]
         self.prediction = nn.Linear(C, 1)
 
-    def forward(self, h: Tensor) -> Tensor:  # (..., C) -> (...)
+    def forward(self, h: Tensor) -> Tensor:  # (B, T, C) -> (B, T)
+        if self.norm is not None:
+            h = self.norm(h + h[:, :1])  # (B, T, C) + (B, 1, C)
         return self.prediction(self.act(self.dense(h))).squeeze(-1)
 
 

@@ -78,7 +78,7 @@ class MLMHead(nn.Module):
 
 class Summary(nn.Module):
     """A family's own layer before a task's output layer (`Family.summary`): dense C -> C, the
-    family's activation, and (ModernBERT) a LayerNorm. RoBERTa's, DistilBERT's and DeBERTa's
+    family's activation, and (ModernBERT) a LayerNorm. RoBERTa's, ELECTRA's, DistilBERT's and DeBERTa's
     sequence classifiers read it on the first token; ModernBERT's on the first token or the mean,
     and its token heads on every token."""
 
@@ -195,7 +195,7 @@ class BertForMaskedLM(Head):
 
 class BertForSequenceClassification(Head):
     """Pooled [CLS] -> dropout -> linear. num_labels == 1 means regression (MSE). Where the family
-    has a summary layer of its own (RoBERTa, DistilBERT, DeBERTa, ModernBERT) it replaces the
+    has a summary layer of its own (RoBERTa, ELECTRA, DistilBERT, DeBERTa, ModernBERT) it replaces the
     encoder's pooler: first token (or mean) -> summary -> dropout -> linear."""
 
     def __init__(self, config: BertConfig):

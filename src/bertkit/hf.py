@@ -12,17 +12,18 @@ RoBERTa, XLM-R, DistilBERT, ALBERT, DeBERTa-v2, ModernBERT). This module applies
 A model is read in its directory's family and written in its own (`save_family`): its config's
 `model_type`, except that ELECTRA's classes (`hf_layout = "electra"`) of a BERT and any BERT with an
 embedding projection are written in ELECTRA's layout (a descendant's discriminator and generator
-in its own family's: DeBERTa-v3's as `deberta.` + `mask_predictions`), and a task model read from
-ELECTRA's layout without one is written as BERT (as transformers' Electra classes have other
-heads). ELECTRA's layout has no pooler: a bertkit model that has one (read from an ELECTRA
-directory, it starts new) writes it under BERT's name, which transformers' Electra classes would
-report as unexpected.
+in its own family's: DeBERTa-v3's as `deberta.` + `mask_predictions`). A task head read from
+ELECTRA's layout (sequence, token, QA) is written back in it, as transformers' Electra class of
+that head; an ELECTRA encoder with a pooler (ELECTRA has none; ours starts new) is written as BERT
+unless a projection forces ELECTRA's layout.
 
 Loading is strict: a key we cannot place, a parameter we cannot find, or a shape that differs
 raises a `UserError` naming them. The one leniency is the one fine-tuning needs: a task head
 absent from the checkpoint (a classifier on a pretrained encoder) starts from BERT's
 initialisation, and the heads of other tasks in the file are skipped; `load_report` on the model
-lists both, in HF's key names.
+lists both, in HF's key names. A file whose class is a task head of the same kind as the one
+loading it (`...ForSequenceClassification` into our sequence classifier) holds trained weights:
+its head is read strictly too, so a layout we do not read is refused, never replaced by a new head.
 
 torch is imported inside functions, so `bertkit info` reads a directory without it.
 """
@@ -116,9 +117,14 @@ LAYOUTS = FAMILIES  # the name ELECTRA's code reads them by
 
 def save_family(model) -> Family:
     """The family `model` is written in (see the module docstring)."""
-    config = model.config
-    bert = config.model_type in ("bert", "electra")
-    if bert and (model.hf_layout == "electra" or config.embedding_size is not None):
+    config, head = model.config, _head_class(model)
+    if config.model_type == "electra" and head in TASK_HEADS:
+        return ELECTRA
+    if config.model_type in ("bert", "electra") and (model.hf_layout == "electra" or config.embedding_size is not None):
+        if config.model_type == "bert" and head == "BertForSequenceClassification":
+            raise UserError("a BERT sequence classifier (pooler + linear) with an embedding projection has no "
+                            "transformers class to be saved as; give its config model_type 'electra' "
+                            "(ELECTRA's classifier) or no embedding_size")
         return ELECTRA
     return BERT if config.model_type == "electra" else family_of(config.model_type)
 
@@ -134,6 +140,7 @@ def layout_of(config_json: dict) -> Family:
 # our head classes (bertkit.heads.HEADS), by name: the names the families' class tables use
 HEAD_CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
                 "BertForTokenClassification", "BertForQuestionAnswering")
+TASK_HEADS = HEAD_CLASSES[2:]  # the heads a fine-tuned directory's trained weights are
 
 
 def _head_class(model) -> str:
@@ -302,6 +309,8 @@ def load_hf_state_dict(model: nn.Module, state: dict[str, Tensor], same_architec
     problems = []
     if missing:
         problems.append(f"{len(missing)} missing keys: {_listing(missing)}")
+        if same_architecture and skipped:  # its own head, in a layout we do not read
+            problems.append(f"its head's keys are not a layout bertkit reads: {_listing(skipped)}")
     if unexpected:
         problems.append(f"{len(unexpected)} unexpected keys: {_listing(unexpected)}")
     if shapes:
@@ -313,6 +322,17 @@ def load_hf_state_dict(model: nn.Module, state: dict[str, Tensor], same_architec
         for name, tensor in new.items():
             own[name].copy_(tensor)
     return {"initialized": initialized, "skipped": skipped}
+
+
+def _holds_head(model, family: Family, architectures: list[str]) -> bool:
+    """Whether a file of class `architectures` holds `model`'s own head, to be read strictly: the
+    family's class for it, or any class of the same task (`...ForSequenceClassification`), whose
+    trained weights are never to be replaced by a new head."""
+    head = _head_class(model)
+    if family.hf_class(type(model).__name__) in architectures:
+        return True
+    task = head.removeprefix("Bert")
+    return head in TASK_HEADS and any(name.endswith(task) for name in architectures)
 
 
 class PretrainedMixin:
@@ -334,7 +354,7 @@ class PretrainedMixin:
         saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
         family = layout_of(saved)
         model = cls(config)
-        same_architecture = family.hf_class(cls.__name__) in (saved.get("architectures") or [])
+        same_architecture = _holds_head(model, family, saved.get("architectures") or [])
         model.load_report = load_hf_state_dict(model, read_state_dict(path), same_architecture, path, family)
         return model
 

@@ -9,7 +9,9 @@ BERT's encoder (post-LN layers, learned absolute positions, tanh pooler) is the 
   (`gated_ffn`: act(x W) * (x V), GeGLU); biases and LayerNorm biases on or off;
 - sharing: ALBERT's layers take their weights from `num_hidden_groups` groups (one set of tensors,
   reused at every depth);
-- segments: none when `type_vocab_size` is 0 (DistilBERT, ModernBERT).
+- segments: none when `type_vocab_size` is 0 (DistilBERT, ModernBERT);
+- DeBERTa-v2's convolution (`conv_kernel_size`, `TokenConv`): over the embeddings, added to the
+  first layer's output and normalised, as transformers' ConvLayer.
 
 Differences from Hugging Face's modeling files, none of which change the numbers:
 - query, key and value are one fused (C, 3C) projection; the interop tables in `bertkit.families`
@@ -211,6 +213,32 @@ class Layer(nn.Module):
         return (both[:, :C] if "p2c" in terms else None), (both[:, C:] if "c2p" in terms else None)
 
 
+class TokenConv(nn.Module):
+    """DeBERTa-v2's convolution after the first layer: act(conv(embeddings)), zero at padding, is
+    added to that layer's output and normalised (zero at padding too)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        C, k = config.hidden_size, config.conv_kernel_size
+        self.conv = nn.Conv1d(C, C, k, padding=(k - 1) // 2, groups=config.conv_groups)
+        self.norm = nn.LayerNorm(C, eps=config.layer_norm_eps)
+        self.act = ACTIVATIONS[config.conv_act]
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, embedded: Tensor, x: Tensor, mask: Tensor | None, rows: Tensor | None = None) -> Tensor:
+        """(B, T, C) embeddings and first layer's output, (B, T) mask -> (B, T, C); with `rows`,
+        x is (N, C) at those flat positions and so is the result."""
+        keep = None if mask is None else mask[..., None].to(embedded.dtype)  # (B, T, 1)
+        if keep is not None:
+            embedded = embedded * keep  # padding reads as zero, as DeBERTa's masked embeddings
+        h = self.conv(embedded.transpose(1, 2)).transpose(1, 2)  # (B, C, T) -> (B, T, C)
+        h = self.act(self.dropout(h if keep is None else h * keep))
+        if rows is not None:
+            h, keep = h.reshape(-1, h.shape[-1])[rows], None if keep is None else keep.reshape(-1, 1)[rows]
+        out = self.norm(x + h)
+        return out if keep is None else out * keep
+
+
 class BertModel(PretrainedMixin, nn.Module):
     """The bare encoder: returns hidden states and, with a pooler, the pooled [CLS] vector."""
 
@@ -234,6 +262,7 @@ class BertModel(PretrainedMixin, nn.Module):
         self.rel_embeddings = nn.Embedding(2 * relative_span(config), C) if rel else None  # DeBERTa
         self.rel_norm = nn.LayerNorm(C, eps=config.layer_norm_eps) if rel and config.norm_rel_ebd else None
         self.rel_dropout = nn.Dropout(config.hidden_dropout_prob) if rel else None
+        self.token_conv = TokenConv(config) if config.conv_kernel_size else None  # DeBERTa-v2
         self.final_norm = nn.LayerNorm(C, eps=config.layer_norm_eps, bias=config.norm_bias) \
             if config.norm_first else None
         self.pooler = nn.Linear(C, C) if add_pooling_layer else None
@@ -268,11 +297,16 @@ class BertModel(PretrainedMixin, nn.Module):
             rows = torch.cat([torch.arange(B, device=rows.device) * T, rows])
         x = self._embed(input_ids, token_type_ids, packing)  # (B, T, E), or (N, E) packed
         if self.embed_proj is not None:
-            x = self.embed_proj(x)  # (..., E) -> (..., C)
-        states = [x] if output_hidden_states else None
+            # (..., E) -> (..., C), in the embeddings' dtype: fp32 under bf16 autocast, as BERT's
+            # residual stream is (its embeddings leave a LayerNorm); a bf16 stream here cost ALBERT
+            # 20x BERT's bf16 error (bench/albert_bf16.py)
+            x = self.embed_proj(x).to(x.dtype)
+        states, embedded = ([x] if output_hidden_states else None), x
         last = self.config.num_hidden_layers - 1
         for i in range(self.config.num_hidden_layers):
             x = self.layer_at(i)(x, attention, rows=rows if i == last else None, index=i)
+            if i == 0 and self.token_conv is not None:
+                x = self._convolve(embedded, x, attention_mask, packing, rows if i == last else None)
             if states is not None:
                 states.append(x)
         if self.final_norm is not None:
@@ -300,6 +334,15 @@ class BertModel(PretrainedMixin, nn.Module):
             packing = Packing.from_mask(attention_mask)
             return PackedAttention(packing, causal, relative), packing
         return PaddedAttention(*attention_mask_for_sdpa(attention_mask, T, causal), relative), None
+
+    def _convolve(self, embedded: Tensor, x: Tensor, attention_mask: Tensor | None, packing: Packing | None,
+                  rows: Tensor | None) -> Tensor:
+        """DeBERTa-v2's convolution on the first layer's output: over each padded sequence, so
+        packed rows are padded for it and packed again."""
+        if packing is None:
+            return self.token_conv(embedded, x, attention_mask, rows)
+        B, T = attention_mask.shape
+        return packing.pack(self.token_conv(packing.repad(embedded, B, T), packing.repad(x, B, T), attention_mask))
 
     def _relative(self) -> Relative | None:
         """DeBERTa's relative table for this call (normalised once, shared by every layer)."""

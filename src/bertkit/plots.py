@@ -192,3 +192,24 @@ def plot_trials(trials: list[dict], metric: str, dest: str | Path) -> None:
         if ax.collections or ax.lines:
             ax.legend(fontsize=8)
     save_figure(fig, dest)
+
+
+def line_panels(panels: list[tuple[str, dict]], ylabel: str, dest: str | Path, title: str = "",
+                log_x: bool = False) -> None:
+    """Side-by-side panels sharing a y axis: each (x label, {series name: [(x, y), ...]}), one line per
+    series (an experiment's arms against FLOPs and against seconds, say)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), sharey=True, squeeze=False)
+    for ax, (xlabel, series) in zip(axes[0], panels, strict=True):
+        for name, points in series.items():
+            if points:
+                xs, ys = zip(*sorted(points), strict=True)
+                _line(ax, list(xs), list(ys), label=name, marker=".")
+        ax.set_xlabel(xlabel)
+        if log_x:
+            ax.set_xscale("log")
+        _finish(ax)
+    axes[0][0].set_ylabel(ylabel)
+    if title:
+        fig.suptitle(title)
+    save_figure(fig, dest)

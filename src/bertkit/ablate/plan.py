@@ -5,7 +5,7 @@ pretraining, or one fine-tuning (or feature-based tagger) with one seed. Cells a
 order that runs each one after the cells it needs, and named by what they compute, so two
 tables that need the same pretraining or fine-tuning share one cell. A cell's `params` hold
 every setting it computes with (the scale's learning rates, sizes, epochs), so a record made
-with other settings is not taken for this cell's (`cells.read_done`).
+with other settings is not taken for this cell's (`bertkit.experiments.runner.read_done`).
 
 `estimate_s` sums per-cell costs from the scale's measured rates (`scales.CPU_SMALL_RATES`);
 `bertkit ablate --plan-only` prints them. The scales themselves are in `scales.py`; a scale with a
@@ -15,7 +15,6 @@ the scale's `tables`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from bertkit.ablate.curve import budget_name, curve_table
@@ -35,20 +34,10 @@ from bertkit.ablate.tables import (
     cell_how,
 )
 from bertkit.errors import UserError
+from bertkit.experiments.calibrate import wall_estimate as _wall
+from bertkit.experiments.core import Cell
 
 __all__ = ["SCALES", "Cell", "Plan", "Scale", "TaskSize", "build_plan", "describe", "setup_cells"]
-
-
-@dataclass(frozen=True)
-class Cell:
-    id: str  # unique; also the cell's folder under work/ ("pretrain/bert", "finetune/bert/mrpc/ft/seed1")
-    kind: str  # "vocab", "data", "tasks", "pretrain", "finetune"
-    params: tuple  # (name, value) pairs: what the cell computes, every setting included
-    needs: tuple[str, ...] = ()
-    estimate_s: float = 0.0
-
-    def param(self, name: str, default=None):
-        return dict(self.params).get(name, default)
 
 
 @dataclass
@@ -224,24 +213,8 @@ def build_plan(scale_name: str, seeds: tuple[int, ...], tasks: tuple[str, ...] |
 
 
 def wall_estimate(plan: Plan, processes: int = 2) -> float:
-    """Seconds until the last cell ends when `processes` processes share the folder as `run_cells`
-    has them do: each, when free, takes the first cell whose needs have ended, else waits for one."""
-    end: dict[str, float] = {}
-    free = [0.0] * processes
-    left = list(plan.cells)
-    while left:
-        p = min(range(processes), key=free.__getitem__)
-        now = free[p]
-        cell = next((c for c in left if all(end.get(n, math.inf) <= now for n in c.needs)), None)
-        if cell is None:  # every cell left waits on one running now
-            later = [t for t in end.values() if t > now]
-            if not later:
-                raise ValueError(f"cell {left[0].id} needs a cell outside the plan")
-            free[p] = min(later)
-            continue
-        left.remove(cell)
-        end[cell.id] = free[p] = now + cell.estimate_s
-    return max(end.values(), default=0.0)
+    """Seconds until the last cell ends when `processes` processes share the folder (the runner's rule)."""
+    return _wall(plan.cells, processes)
 
 
 def describe(plan: Plan, processes: int = 2) -> str:

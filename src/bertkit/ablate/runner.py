@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bertkit.ablate.cells import Context, read_done, run_cells
+from bertkit.ablate.cells import Context, execute, read_done, run_cells
 from bertkit.ablate.check import check_plan, render_check, task_check
 from bertkit.ablate.plan import Plan, build_plan
 from bertkit.ablate.report import build_report, write_report
@@ -97,7 +97,7 @@ CHECKS = {"tune-lr": ("lr-tuning.json", tune_result, render_tune),
 
 def report_now(job: AblationJob, plan: Plan, ctx: Context, meta: dict, log=print) -> dict:
     """What the job's mode writes from the cells done so far: the report, lr-tuning.json or task-check.json."""
-    records = read_done(ctx, plan)
+    records = read_done(plan.cells, ctx)
     out = Path(job.out)
     if job.mode in CHECKS:
         name, compute, render = CHECKS[job.mode]
@@ -121,7 +121,7 @@ def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict
     out = Path(job.out)
     if report_only and not (out / FOLDER_FILE).is_file():
         raise UserError(f"--report-only needs an ablation's folder (no {FOLDER_FILE} here)", out)
-    ctx = Context(out / "work", list(job.corpus), Path(job.data_dir), job.device, job.workers, job.report_to)
+    ctx = Context.for_ablation(out / "work", job.corpus, job.data_dir, job.device, job.workers, job.report_to)
     started = time.time()
     meta = {"command": job.command, "job": {**asdict(job), "seeds": list(job.seeds)},
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -130,7 +130,7 @@ def run_ablation(job: AblationJob, log=print, report_only: bool = False) -> dict
     if not (out / FOLDER_FILE).is_file():
         _start_folder(job)
     try:
-        run_cells(plan, ctx, log)
+        run_cells(plan.cells, execute(plan), ctx, log)
     finally:  # a stopped run still leaves the report of what is done
         meta["wall_s"] = round(time.time() - started, 1)
         result = report_now(job, plan, ctx, meta, log)

@@ -17,7 +17,8 @@ one line too, naming the path, what the command kept, and the command line that 
 Every command that runs a model takes `--threads N`; without it (and without OMP_NUM_THREADS),
 `bertkit.threads` picks the count from the machine's load once the flags are checked. The line
 that says so, and the notes on what a stopped run left behind beside `--out` (removed here), wait
-until the command writes its first output: a mistake found before that is the only line.
+until the command writes its first output: a mistake found before that is the only line. Before it,
+where a command's `--precision` was left at fp32 on a CPU that computes bf16, one line says so.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("bertkit.cli.export", "an ONNX graph of a model directory (+ int8), checked against PyTorch"),
     "bench": ("bertkit.cli.bench", "benchmark bertkit against transformers side by side"),
     "ablate": ("bertkit.cli.ablate", "the paper's ablations (Tables 5-8), resumable, reported beside its figures"),
+    "experiment": ("bertkit.cli.experiment", "an experiment (Table 5's curve, ...), resumable cell by cell, reported"),
 }
 # commands that run no model: no --threads, no thread choice
 NO_MODEL = frozenset({"tokenize", "tokenizer", "score", "data", "info", "prepare"})
@@ -112,6 +114,7 @@ def _run(name: str, module, args, again: str) -> int:
     try:
         if hasattr(module, "check"):
             module.check(args)
+        notice.add(_precision_note(args))
         if name not in NO_MODEL:
             notice.add(_threads(name, args))
         notice.add(*_leftovers(args))
@@ -149,6 +152,16 @@ def _continuing(name: str, argv: list[str], resumable: bool) -> str:
     if resumable:
         words = [w for w in words if w != "--overwrite"] + ([] if "--resume" in words else ["--resume"])
     return shlex.join(words)
+
+
+def _precision_note(args) -> str | None:
+    """A command of `args.add_precision` left at its fp32 default: where bf16 would run, the line
+    that says so (`devices.bf16_note`), the command's first."""
+    if getattr(args, "precision_chosen", True):
+        return None
+    from bertkit.devices import bf16_note
+
+    return bf16_note(args.device, getattr(args, "int8", False), getattr(args, "backend", "torch"))
 
 
 def _threads(name: str, args) -> str | None:

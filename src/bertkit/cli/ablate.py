@@ -134,6 +134,8 @@ def run(args) -> int:
     if args.plan_only:
         print(describe(plan_for(job)))
         return 0
+    if not args.report_only:
+        print(f"bertkit ablate: scale {job.scale}, pretraining and fine-tuning in {_precision(job)}", flush=True)
     try:
         report = run_ablation(job, log=lambda line: print(line, flush=True), report_only=args.report_only)
     except Stopped as e:
@@ -142,3 +144,11 @@ def run(args) -> int:
     if job.mode == "run":
         print("signs: " + (", ".join(f"{n} {v}" for v, n in report["verdicts"].items()) or "none yet"))
     return 0
+
+
+def _precision(job) -> str:
+    """The scale's precision ("auto" resolved on the job's device), which every cell runs in."""
+    from bertkit.ablate.plan import get_scale
+    from bertkit.devices import resolve_device, resolve_precision
+
+    return resolve_precision(get_scale(job.scale).finetune_precision, resolve_device(job.device))

@@ -257,11 +257,24 @@ def long_policy(args, default=None):
 
 
 # ---- outputs ----
-def add_precision(parser, default: str = "auto", why: str = "") -> None:
-    """`--precision auto|fp32|bf16`, the inference commands' one flag (`devices.resolve_precision`)."""
-    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=default,
-                        help="bf16: the forward pass under bf16 autocast (weights stay fp32); auto: bf16 where the "
-                             "CPU computes it natively (AVX512-BF16 or AMX) or on a bf16 CUDA GPU, else fp32" + why)
+class _Precision(argparse.Action):
+    """`--precision` as given: also marks `precision_chosen`, so the fp32 default (not a choice)
+    can say where bf16 would run (`bertkit.devices.bf16_note`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.precision_chosen = True
+
+
+def add_precision(parser, why: str = "") -> None:
+    """`--precision fp32|auto|bf16` of the commands whose outputs are compared or stored (embed,
+    index, search, evaluate, serve): fp32 unless asked, so a command gives the same numbers, and
+    transformers', on every machine (`devices.resolve_precision`)."""
+    parser.add_argument("--precision", choices=("fp32", "auto", "bf16"), default="fp32", action=_Precision,
+                        help="bf16: the forward pass under bf16 autocast (weights stay fp32), about 2x faster on a "
+                             "CPU with AVX512-BF16 or AMX, not the same numbers (docs/cli.md#precision); auto: bf16 "
+                             "where the CPU computes it natively or on a bf16 CUDA GPU, else fp32" + why)
+    parser.set_defaults(precision_chosen=False)
 
 
 def check_precision(precision: str, int8: bool, backend: str = "torch") -> None:

@@ -8,10 +8,11 @@ stderr says how many and what was done (`bertkit.long_inputs`). Without --poolin
 directory's sentence-transformers files choose the pooling and the normalisation (as `serve`
 reads them); a directory without them needs --pooling.
 
-With --shards, --out is a folder and --input a corpus: files, folders and glob patterns of
-text, JSONL and Parquet files, embedded into a folder of shards with a manifest
-(`bertkit.corpus`), in this process or with --engine ray on a Ray cluster. A rerun of the same
-command keeps every intact shard and embeds the rest; each shard is checked by its SHA-256.
+With --shards (implied when --input names a folder, a pattern or several files), --out is a
+folder and --input a corpus: files, folders and glob patterns of text, JSONL and Parquet files,
+embedded into a folder of shards with a manifest (`bertkit.corpus`), in this process or with
+--engine ray on a Ray cluster. A rerun of the same command keeps every intact shard and embeds the
+rest; each shard is checked by its SHA-256.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def add_arguments(parser) -> None:
     a = parser.add_argument
     a("--model", required=True, type=model_dir, help="model directory (config.json, weights, vocab.txt); any head")
     a("--input", required=True, nargs="+", type=corpus_input, metavar="PATH",
-      help="a text file (.txt/.gz/.xz), one sentence per line; with --shards, a corpus: files, folders and glob "
-           "patterns of text, .jsonl (_id/id, title, text) and .parquet (text; id, title) files")
+      help="a text file (.txt/.gz/.xz), one sentence per line; or a corpus, embedded into shards: files, folders, "
+           "glob patterns of text, .jsonl (_id/id, title, text) and .parquet (text; id, title) files")
     a("--pooling", choices=("cls", "mean", "max"),
       help="[CLS] vector, or mean / max over the real tokens (default: the pooling the directory's "
            "1_Pooling/config.json declares, normalised when its modules.json ends in Normalize)")

@@ -1,14 +1,17 @@
 """The corpus half of `bertkit embed`: its flags, their checks, and the call (`bertkit.corpus`).
 
-`--shards` makes `--out` a folder of shards and `--input` a corpus; without it, `--out` is one
-.npy array of one text file's lines, as before. The shard flags apply only with `--shards`, the
-Ray flags only to `--engine ray`.
+`--shards` makes `--out` a folder of shards and `--input` a corpus; an `--input` that names a
+corpus (a folder, a pattern, several files) implies it, and says so in one line. Otherwise `--out`
+is one .npy array of one text file's lines. The shard flags apply only to shards, the Ray flags
+only to `--engine ray`. Shards are .npy arrays with JSON ids, which the base install writes,
+unless `--format parquet` (pyarrow) or the run already in `--out` says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
 from bertkit.cli.args import positive_int
@@ -35,17 +38,18 @@ def corpus_input(text: str) -> str:
 
 def add_corpus_arguments(parser) -> None:
     from bertkit.corpus.run import ENGINES
-    from bertkit.corpus.shards import FORMATS
+    from bertkit.corpus.shards import DEFAULT_FORMAT, FORMATS
 
     a = parser.add_argument
     a("--shards", action="store_true",
       help="--out is a folder of shards with a manifest and checksums, written shard by shard; a rerun keeps the "
-           "intact ones; --input may be a corpus (files, folders, patterns of text, JSONL, Parquet)")
+           "intact ones; --input may be a corpus (files, folders, patterns of text, JSONL, Parquet); implied when "
+           "--input names a corpus")
     a("--shard-size", type=positive_int, default=None,
       help=f"with --shards: passages per shard, the unit a rerun keeps or redoes (default: {SHARD_SIZE:,})")
     a("--format", choices=FORMATS, default=None,
-      help="with --shards: parquet (id and vector columns; needs pyarrow) or npy (an array and a JSON list of ids "
-           "per shard) (default: parquet)")
+      help="with --shards: npy (an array and a JSON list of ids per shard) or parquet (id and vector columns; "
+           f"needs pyarrow) (default: the format of the run already in --out, else {DEFAULT_FORMAT})")
     a("--engine", choices=ENGINES, default=None,
       help="with --shards: local (this process, --threads) or ray (a Ray Data pipeline over a pool of model "
            "actors, --threads CPUs each; needs pip install 'bertkit[ray]') (default: local)")
@@ -61,19 +65,41 @@ def is_corpus(args) -> bool:
     return args.shards
 
 
+def _names_corpus(inputs: list[str]) -> bool:
+    """Whether `--input` names a corpus (several files, a folder or a pattern) rather than one text file."""
+    return len(inputs) > 1 or not Path(inputs[0]).is_file()
+
+
+def _default_format(out: Path) -> str:
+    """The format of the run already in `out` (its manifest's), which a rerun continues or
+    --overwrite replaces, else `DEFAULT_FORMAT`; a manifest that cannot be read is reported later."""
+    import json
+
+    from bertkit.corpus.shards import DEFAULT_FORMAT, FORMATS, MANIFEST
+
+    try:
+        earlier = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("shard_format")
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_FORMAT
+    return earlier if earlier in FORMATS else DEFAULT_FORMAT
+
+
 def check_corpus(args) -> None:
     """The mode's flags together, and what the machine must have for them (before any work)."""
     given = [f for f in CORPUS_ONLY + RAY_ONLY if getattr(args, f) is not None]
+    args.shards_implied = not args.shards and _names_corpus(args.input)
+    if args.shards_implied:
+        if Path(args.out).suffix == ".npy":
+            raise UserError("--input names a corpus (several files, a folder or a pattern), embedded into a folder "
+                            "of shards: give --out a folder, not a .npy file")
+        args.shards = True
     if not is_corpus(args):
         if given:
             flag = given[0].replace("_", "-")
             raise UserError(f"--{flag} applies to --shards")
-        if len(args.input) > 1 or not Path(args.input[0]).is_file():
-            raise UserError("--input names a corpus (several files, a folder or a pattern): embed it into a folder "
-                            "of shards with --shards")
         return
-    args.shard_size = args.shard_size or SHARD_SIZE
-    args.format, args.engine = args.format or "parquet", args.engine or "local"
+    args.shard_size, asked = args.shard_size or SHARD_SIZE, args.format is not None
+    args.format, args.engine = args.format or _default_format(Path(args.out)), args.engine or "local"
     ray_given = [f for f in RAY_ONLY if getattr(args, f) is not None]
     if args.engine != "ray" and ray_given:
         raise UserError(f"--{ray_given[0].replace('_', '-')} applies to --engine ray")
@@ -85,7 +111,10 @@ def check_corpus(args) -> None:
         if args.device not in ("auto", "cpu"):
             raise UserError("--engine ray runs its actors on CPUs: drop --device or use --device cpu")
     if args.format == "parquet" and importlib.util.find_spec("pyarrow") is None:
-        raise UserError("--format parquet needs pyarrow (pip install 'bertkit[parquet]'); or pass --format npy")
+        if asked:
+            raise UserError("--format parquet needs pyarrow (pip install 'bertkit[parquet]'); or pass --format npy")
+        raise UserError("holds an earlier run's Parquet shards, which need pyarrow (pip install 'bertkit[parquet]'); "
+                        "or pass --format npy --overwrite to embed again as .npy shards", args.out)
     _check_out(Path(args.out))
 
 
@@ -121,6 +150,9 @@ def run_corpus(args) -> int:
     from bertkit.corpus.run import Engine, embed_corpus
     from bertkit.devices import inference_precision, resolve_device
 
+    if args.shards_implied:
+        print(f"bertkit embed: --input is a corpus: writing its vectors as shards ({args.format}, with their ids and "
+              f"a manifest) to the folder {args.out}", file=sys.stderr, flush=True)
     device = resolve_device("cpu" if args.backend == "onnx" or args.engine == "ray" else args.device)
     if args.int8 and device.type != "cpu":
         raise UserError("--int8 runs on the CPU: add --device cpu")

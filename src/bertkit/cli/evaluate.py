@@ -62,8 +62,8 @@ def add_arguments(parser) -> None:
     a("--threshold", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=None,
       help="multilabel: predict a label when its sigmoid is at least this (default: the model's, from finetune.json)")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    add_precision(parser, "fp32", " (default fp32: evaluate reproduces the scores finetune wrote to results.json, "
-                  "which it computes in fp32 unless trained with --precision bf16)")
+    add_precision(parser, " (fp32 reproduces the scores finetune wrote to results.json, which it computes in fp32 "
+                          "unless trained with --precision bf16)")
     a("--int8", action="store_true",
       help="quantize the linear layers to int8 (dynamic, CPU only): ~2x faster inference; with --backend onnx, "
            "run the export's int8 graph")

@@ -5,7 +5,8 @@ The query is embedded with the index's own model and pooling, scored against the
 printed with their ids and cosine scores; an index built with --best-chunk scores each passage by its
 best chunk. `--rerank DIR` rescores the top `--candidates` hits with a one-label cross-encoder and
 prints its top k instead. A query longer than the index's token limit meets the index's
-long-input policy, with a note on stderr.
+long-input policy, with a note on stderr. Queries are encoded in fp32 unless --precision says otherwise;
+one line on stderr says so when the index's vectors were made at another precision.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from bertkit.cli.args import device_name, existing_dir, int_between, model_dir, positive_int
+from bertkit.cli.args import add_precision, device_name, existing_dir, int_between, model_dir, positive_int
 from bertkit.errors import UserError
 
 
@@ -33,6 +34,7 @@ def add_arguments(parser) -> None:
     a("--batch-size", type=positive_int, default=32, help="pairs per cross-encoder forward pass")
     a("--device", type=device_name, default="auto", help="auto, cpu, cuda, cuda:N or mps")
     a("--json", action="store_true", help="print JSON instead of text")
+    add_precision(parser, " (the query vectors; the index records the precision of its own)")
 
 
 def check(args) -> None:
@@ -56,19 +58,23 @@ def run(args) -> int:
     from pathlib import Path
 
     from bertkit.cli import note_long
-    from bertkit.devices import resolve_device
+    from bertkit.devices import inference_precision, resolve_device
     from bertkit.long_inputs import Policy
     from bertkit.search.encoder import Encoder
-    from bertkit.search.index import SearchIndex, read_meta
+    from bertkit.search.index import SearchIndex, precision_mismatch, read_meta
 
     meta = read_meta(args.index)
     model = args.model or meta["model"]
     if not Path(model).is_dir():
         raise UserError(f"the index's model {model} is gone; pass --model DIR", Path(args.index) / "meta.json")
     device = resolve_device(args.device)
-    encoder = Encoder.load(model, meta["pooling"], meta["max_length"], device=device,
-                           backend=meta.get("backend", "torch"), int8=meta.get("int8", False),
-                           policy=Policy.from_settings(meta))
+    backend, int8 = meta.get("backend", "torch"), meta.get("int8", False)
+    precision = inference_precision(args.precision, device, int8, backend)
+    encoder = Encoder.load(model, meta["pooling"], meta["max_length"], device=device, backend=backend, int8=int8,
+                           precision=precision, policy=Policy.from_settings(meta))
+    line = precision_mismatch(meta, precision)
+    if line:
+        print(f"bertkit search: note: {line}", file=sys.stderr, flush=True)
     reranker = None
     if args.rerank:
         from bertkit.search.rerank import Reranker

@@ -142,7 +142,9 @@ def run(args) -> int:
         from bertkit.serve.search import attach_index
 
         for entry in args.index:
-            attach_index(specs, entry)
+            line = attach_index(specs, entry)
+            if line:
+                print(f"bertkit serve: note: {line}", file=sys.stderr, flush=True)
     limits = Limits(args.max_batch_tokens, args.max_batch_size, args.max_queue, args.max_inputs, args.max_body_bytes,
                     args.max_input_chars, args.body_timeout, args.header_timeout, args.openai_encoding,
                     args.long_inputs, args.max_windows)

@@ -9,7 +9,8 @@ Only the driver's machine reads the corpus and writes the shards; texts and vect
 object store, so another machine needs bertkit with Ray in the same Python environment and the
 model folder at the same path, nothing else. Blocks are one shard each, so a shard's vectors reach
 the driver (and its file the disk) as soon as its actor finishes it. Ray Data restarts an actor
-that dies and gives its shard to the pool again; if the driver dies, a rerun keeps every shard it
+that dies and gives its shard to the pool again (`RESTARTS`, set here rather than left to Ray
+Data's defaults), so the run ends with every shard; if the driver dies, a rerun keeps every shard it
 wrote. Without `address`, a local Ray is started for the run (all of this machine's cores) and
 stopped after it; an already connected Ray (a test's) is used as it is.
 """
@@ -26,6 +27,9 @@ from bertkit.corpus.sources import ShardSpec, Source, shard_passages
 from bertkit.errors import UserError
 
 INSTALL = "--engine ray needs Ray: pip install 'bertkit[ray]'"
+# A model actor that dies (a killed process, a lost machine) is started again and its shard's call
+# retried, without limit: the run ends with every shard, as Ray Data does by default.
+RESTARTS = {"max_restarts": -1, "max_task_retries": -1}
 
 
 def _connect(address: str | None) -> bool:
@@ -141,7 +145,7 @@ def run_ray(sources: list[Source], todo: list[ShardSpec], settings: EmbedSetting
         rows = (ray.data.from_items(items)
                 .flat_map(_reader(sources, len(sources) > 1), num_cpus=0, **_on_this_machine())
                 .map_batches(_actor(settings, engine.batch_size, engine.threads), batch_size=1,
-                             compute=ActorPoolStrategy(size=workers), num_cpus=engine.threads))
+                             compute=ActorPoolStrategy(size=workers), num_cpus=engine.threads, **RESTARTS))
         specs = {s.index: s for s in todo}
         for row in rows.iter_rows():
             spec = specs[int(row["shard"])]

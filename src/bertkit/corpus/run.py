@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bertkit.corpus.embedder import EmbedSettings
 from bertkit.corpus.shards import (
+    DEFAULT_FORMAT,
     FORMAT,
     MANIFEST,
     check_shard,
@@ -140,7 +141,7 @@ def _todo(out: Path, manifest: dict) -> tuple[dict[int, dict], list[ShardSpec], 
 
 
 def embed_corpus(inputs: list[str], out: str | Path, settings: EmbedSettings, shard_size: int = 10_000,
-                 fmt: str = "parquet", engine: Engine = Engine(), overwrite: bool = False,
+                 fmt: str = DEFAULT_FORMAT, engine: Engine = Engine(), overwrite: bool = False,
                  progress: bool = True) -> dict:
     """Embed every passage of the files `inputs` name into shards in `out`, keeping the intact shards of an
     earlier run with the same settings (`overwrite`: embedding them again); returns the complete manifest."""

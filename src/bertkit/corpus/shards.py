@@ -3,9 +3,10 @@
     OUT/manifest.json          the settings the vectors were made with, the corpus files (path, size,
                                modification time, passages) and the shards: what each covers (file,
                                first passage, count) and, once the run is complete, its files' SHA-256
-    OUT/shard-000000.parquet   `id` (string) and `vector` (fixed-size list of float32), in corpus order
-    OUT/shard-000000.npy       or (--format npy) the (n, dim) float32 array
+    OUT/shard-000000.npy       the (n, dim) float32 array, in corpus order (the default: numpy alone)
          + shard-000000.ids.json    and the JSON list of its ids
+    OUT/shard-000000.parquet   or (--format parquet, pyarrow) `id` (string) and `vector` (fixed-size
+                               list of float32)
     OUT/shard-000000.json      the shard's record: what it covers, rows, width, each file's SHA-256
 
 Every file is written under a temporary name and renamed; a shard's record is written after its
@@ -29,7 +30,8 @@ from bertkit.io import atomic_path, read_json, write_json
 
 FORMAT = "bertkit-embeddings"
 MANIFEST = "manifest.json"
-FORMATS = ("parquet", "npy")
+FORMATS = ("npy", "parquet")
+DEFAULT_FORMAT = "npy"  # the base install writes and reads it; Parquet needs pyarrow
 _HASH_BLOCK = 1 << 20
 
 
@@ -107,8 +109,10 @@ def read_shard(folder: Path, record: dict, fmt: str) -> tuple[list[str], np.ndar
     """(ids, (n, dim) float32 vectors) of one shard whose files `check_shard` found intact."""
     names = shard_files(record["shard"], fmt)
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError("reading Parquet shards needs pyarrow: pip install 'bertkit[parquet]'", folder) from None
         table = pq.read_table(folder / names[0])
         vectors = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         return table.column("id").to_pylist(), vectors.reshape(table.num_rows, -1).astype(np.float32, copy=False)

@@ -83,6 +83,16 @@ def pretraining_record(run_dir: Path) -> dict:
     return {"last_validation": last, "last_train_log": train}
 
 
+def pretraining_precision() -> str:
+    """What the budget recipe pretrains in on this CPU: "auto" resolved (bf16 where it runs natively)."""
+    import torch
+
+    from bertkit.devices import resolve_precision
+    from bertkit.pretrain import TrainConfig
+
+    return resolve_precision(TrainConfig(data="-", out="-", recipe="budget").precision, torch.device("cpu"))
+
+
 def step_seconds(data: Path, preset: str, seed: int, steps: int = 3) -> float:
     """Seconds of one budget-recipe training step of `preset` on the prepared DATA, as this machine
     runs it now (its threads, its precision): two steps to warm up, then the mean of `steps`."""

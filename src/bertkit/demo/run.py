@@ -118,8 +118,10 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     clock = StageClock()
     articles = first_per_topic(bbc_articles(), plan.articles_per_topic)
     train, test = split_articles(articles, plan.test_fraction, plan.seed)
+    precision = pre.pretraining_precision()
     print(f"BBC News: {len(articles):,} articles in {len(TOPICS)} topics; {len(train):,} for pretraining and "
-          f"probing, {len(test):,} held out. Budget {plan.minutes:g} minutes, {threads} thread(s).", flush=True)
+          f"probing, {len(test):,} held out. Budget {plan.minutes:g} minutes, {threads} thread(s), pretraining in "
+          f"{precision}.", flush=True)
     with clock.stage("corpus", 5, "writing the training articles and the classification files"):
         corpus = write_corpus(run, train, test)
     with clock.stage("vocabulary", 20, f"learning a {plan.vocab_size:,}-entry WordPiece vocabulary"):
@@ -132,9 +134,9 @@ def run_demo(run: Path, plan: DemoPlan) -> dict:
     slowdown = machine.slowdown
     with clock.stage("summary", plan.later_seconds(len(articles), slowdown)["summary"], "collecting every number"):
         summary = {
-            "plan": {**dataclasses.asdict(plan), "threads": threads, "slowdown": round(slowdown, 2),
-                     "side_seconds": results.pop("side_seconds"), "machine": dataclasses.asdict(machine),
-                     "choices": results.pop("choices")},
+            "plan": {**dataclasses.asdict(plan), "threads": threads, "precision": precision,
+                     "slowdown": round(slowdown, 2), "side_seconds": results.pop("side_seconds"),
+                     "machine": dataclasses.asdict(machine), "choices": results.pop("choices")},
             "articles": {"train": len(train), "held_out": len(test)},
             **results,
             "figures": {"senses": "senses.png", "label_budgets": "label_budgets.png",

@@ -179,7 +179,7 @@ def run_distill(job: DistillJob, log=print, args: dict | None = None) -> dict:
     train, dev = task.prepare(train_examples, train=True), task.prepare(dev_examples)
     log(f"bertkit distill: {job.task} on {len(train.features)} training / {len(dev_examples)} dev examples "
         f"(encoded in {time.time() - t0:.1f}s); teacher {job.teacher} ({teacher.config.num_hidden_layers} layers, "
-        f"hidden {teacher.config.hidden_size}); device {rt.device}")
+        f"hidden {teacher.config.hidden_size}); device {rt.device}, {job.precision}")
     teacher_dev = task.remember_teacher(dev, rt)
     log(f"  teacher dev {task.main_metric} {teacher_dev.get(task.main_metric, float('nan')):.2f}")
     made: dict = {}

@@ -1,6 +1,6 @@
-"""Claims: how several processes running the same `bertkit ablate` on one folder split its cells.
+"""Claims: how several processes running the same experiment (or `bertkit ablate`) on one folder split its cells.
 
-A process claims a cell by creating `work/claims/<cell>` exclusively (holding its pid) before
+A process claims a cell by creating `claims/<cell>` of the work folder exclusively (holding its pid) before
 running it, and removes the file when the cell ends. A claim whose process has died is stale and
 is taken over, so a killed process's cell runs again.
 """

@@ -55,6 +55,9 @@ class Family:
     token_summary: bool = False  # token heads (NER, QA) put the summary layer first (ModernBERT)
     outputs: dict[str, str] = field(default_factory=dict)  # our head class -> its output layer's HF name
     pooler: bool = True  # whether its bare model has a pooler (else ours starts new on load, as ELECTRA)
+    # the replaced-token head normalises each token's state plus the first token's before its dense
+    # layer (DeBERTa-v3's); False: ELECTRA's head, dense, activation, 1-logit output
+    rtd_context: bool = False
     # HF keys that carry no information of their own: buffers and tied copies
     redundant: str = r"(^|\.)position_ids$|(^|\.)token_type_ids$"
     # (HF key prefix, head name) pairs that say which heads a file holds

@@ -3,12 +3,15 @@
 ELECTRA's directories name the encoder `electra.`, may have embeddings narrower than the layers
 (`embedding_size`, projected by `embeddings_project`), have no pooler (ours starts new on load and
 is written under BERT's name), and name the generator's masked-LM head `generator_predictions` /
-`generator_lm_head` and the discriminator's `discriminator_predictions`.
+`generator_lm_head` and the discriminator's `discriminator_predictions`. ELECTRA's sequence
+classifier has a layer of its own on the first token, as RoBERTa's but with the exact GELU
+(`classifier.dense`, GELU, `classifier.out_proj`), in place of BERT's pooler; its token and QA
+heads are BERT's.
 """
 
 from __future__ import annotations
 
-from bertkit.families.base import BERT_FIELDS, RTD_KEYS, Family, shared_fields, written
+from bertkit.families.base import BERT_FIELDS, RTD_KEYS, Family, Summary, shared_fields, written
 
 ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
     "embeddings.word.{p}": "embeddings.word_embeddings.{p}",
@@ -37,6 +40,7 @@ ELECTRA_HEAD_KEYS: dict[str, str] = {
     "mlm.dense.{p}": "generator_predictions.dense.{p}",
     "mlm.norm.{p}": "generator_predictions.LayerNorm.{p}",
     "mlm.bias": "generator_lm_head.bias",  # its weight is tied to the word embeddings
+    "summary.dense.{p}": "classifier.dense.{p}",
     "output.{p}": "{output}.{p}",
     **RTD_KEYS,
 }
@@ -80,8 +84,10 @@ BERT = Family("bert", "bert.", ENCODER_KEYS, HEAD_KEYS, {}, _read_bert, _write_b
 ELECTRA = Family(
     "electra", "electra.", ENCODER_KEYS, ELECTRA_HEAD_KEYS,
     {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",
+     "BertForSequenceClassification": "ElectraForSequenceClassification",
      "BertForTokenClassification": "ElectraForTokenClassification",
      "BertForQuestionAnswering": "ElectraForQuestionAnswering"},
     _read_electra, _write_electra,
     mlm_act=lambda c: "gelu" if c.embedding_size is not None else c.hidden_act,
+    summary=Summary(lambda c: "gelu"), outputs={"BertForSequenceClassification": "classifier.out_proj"},
     pooler=False, redundant=_REDUNDANT, marks=_MARKS)

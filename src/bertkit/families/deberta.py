@@ -8,8 +8,13 @@ positions are added to the input only with `position_biased_input` (v3: none); v
 segments. The masked-LM head is `cls.predictions` (transformers' `legacy` layout, the default) or
 `lm_predictions.lm_head` (read, written back as `cls`); the sequence classifier has its own layer
 on the first token (`pooler.dense`, `pooler_hidden_act`) before `classifier`. The convolution
-some v2 models add after the first layer (`conv_kernel_size`) and embeddings of another width are
-refused.
+some v2 models add after the first layer (`conv_kernel_size`, `conv_act`, `conv_groups`:
+`encoder.conv`) is `model.TokenConv`. The replaced-token detection head is DeBERTa-v3's own
+(`LMMaskPredictionHead` in microsoft/DeBERTa, `mask_predictions`: LayerNorm of each token's state
+plus the first token's, dense, activation, a 1-logit `classifier`), which transformers has no class
+for: a discriminator is saved as `DebertaV2Model`, as the released v3 checkpoints are, and
+transformers reports its six `mask_predictions` tensors as unexpected. Embeddings of another width
+are refused.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ ENCODER_KEYS: dict[str, str | tuple[str, ...]] = {
     "layers.{}.ffn_norm.{p}": _LAYER + "output.LayerNorm.{p}",
     "rel_embeddings.{p}": "encoder.rel_embeddings.{p}",
     "rel_norm.{p}": "encoder.LayerNorm.{p}",
+    "token_conv.conv.{p}": "encoder.conv.conv.{p}",
+    "token_conv.norm.{p}": "encoder.conv.LayerNorm.{p}",
 }
 HEAD_KEYS = {
     "mlm.dense.{p}": "cls.predictions.transform.dense.{p}",
@@ -39,7 +46,8 @@ HEAD_KEYS = {
     "mlm.bias": "cls.predictions.bias",
     "summary.dense.{p}": "pooler.dense.{p}",
     "output.{p}": "{output}.{p}",
-    # DeBERTa-v3's replaced-token detection head, as its own code names it
+    # DeBERTa-v3's replaced-token detection head (`Family.rtd_context`), in its own code's names
+    "rtd.norm.{p}": "mask_predictions.LayerNorm.{p}",
     "rtd.dense.{p}": "mask_predictions.dense.{p}",
     "rtd.prediction.{p}": "mask_predictions.classifier.{p}",
 }
@@ -48,15 +56,16 @@ RENAMED = {"lm_predictions.lm_head.dense.": "cls.predictions.transform.dense.",
            "lm_predictions.lm_head.LayerNorm.": "cls.predictions.transform.LayerNorm.",
            "lm_predictions.lm_head.bias": "cls.predictions.bias"}
 _FIELDS = (*BERT_FIELDS, "relative_attention", "max_relative_positions", "position_buckets", "share_att_key",
-           "position_biased_input", "pooler_hidden_act")
+           "position_biased_input", "pooler_hidden_act", "conv_kernel_size", "conv_act", "conv_groups")
 
 
 def _read(d: dict) -> dict:
-    if d.get("conv_kernel_size", 0):
-        raise ValueError("DeBERTa's convolution layer (conv_kernel_size) is unsupported")
     if d.get("embedding_size", d.get("hidden_size")) != d.get("hidden_size"):
         raise ValueError("DeBERTa embeddings of another width than hidden_size are unsupported")
     fields = shared_fields(d, _FIELDS)
+    if fields.get("conv_kernel_size", 0) <= 0:  # transformers' ConvLayer only for a positive size
+        for name in ("conv_kernel_size", "conv_act", "conv_groups"):
+            fields.pop(name, None)
     fields.setdefault("type_vocab_size", 0)  # DebertaV2Config's default
     fields.setdefault("layer_norm_eps", 1e-7)
     fields.setdefault("pooler_hidden_act", "gelu")
@@ -82,7 +91,9 @@ def _write(config) -> dict:
             "position_biased_input": config.position_embedding_type == "absolute",
             "pooler_hidden_size": config.hidden_size, "pooler_hidden_act": config.pooler_hidden_act,
             "pooler_dropout": 0.0, "legacy": True,
-            **({"cls_dropout": config.classifier_dropout} if config.classifier_dropout is not None else {})}
+            **({"cls_dropout": config.classifier_dropout} if config.classifier_dropout is not None else {}),
+            **({"conv_kernel_size": config.conv_kernel_size, "conv_act": config.conv_act,
+                "conv_groups": config.conv_groups} if config.conv_kernel_size else {})}
 
 
 def from_bert(config):
@@ -101,7 +112,7 @@ _CLASSES = {f"Bert{kind}": f"DebertaV2{kind}" for kind in
 _CLASSES["ElectraForPreTraining"] = "DebertaV2Model"  # the discriminator: the encoder (+ mask_predictions)
 DEBERTA_V2 = Family(
     "deberta-v2", "deberta.", ENCODER_KEYS, HEAD_KEYS, _CLASSES, _read, _write,
-    summary=Summary(lambda c: c.pooler_hidden_act), pooler=False,
+    summary=Summary(lambda c: c.pooler_hidden_act), pooler=False, rtd_context=True,
     redundant=r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$",
     marks=(("cls.predictions.", "masked-LM"), ("lm_predictions.", "masked-LM"), ("classifier.", "classifier"),
            ("qa_outputs.", "question-answering"), ("mask_predictions.", "replaced-token detection")),

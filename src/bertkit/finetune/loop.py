@@ -294,6 +294,8 @@ def finetune(task: Task, model_dir: Path, train: Prepared, dev: Prepared, hp: Hy
     except BaseException:
         folder.discard_if_empty()  # a mistake found before any work was kept changes nothing
         raise
+    finally:
+        folder.release()
     return results
 
 

@@ -9,7 +9,12 @@ replaced only then, so a stopped run never leaves a half-written OUT). It holds
 - checkpoint/step-NNNNNNN/: the running seed's newest checkpoint (`train.checkpoint.write_state`):
   its weights, AdamW's moments, every generator's state, the step losses and evaluations so far,
   and the best evaluation's weights with early stopping's count. Each is written under a temporary
-  name and renamed; the previous one is deleted only then.
+  name and renamed; the previous one is deleted only then;
+- .lock: held (flock) by the one process running the folder, released by the kernel when that
+  process ends, however it ends. A second process on the same run (a `--resume` while the first
+  still lives: a SIGKILL sent to a wrapper, a shell or `uv run`, leaves bertkit running) is refused
+  before it touches anything; two processes would each train the rest, the first to finish would
+  rename the folder to OUT, and the other would find its folder gone.
 The seed's data order is drawn from its seed, so with those a resumed seed computes exactly what
 the uninterrupted one would have. This module reads and compares progress.json without torch
 (`describe`, the CLI's check); the tensors are `train.checkpoint`'s.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -37,6 +43,7 @@ from bertkit.io import (
 
 PROGRESS = "progress.json"
 CHECKPOINTS = "checkpoint"
+LOCK = ".lock"
 VERSION = 1
 
 
@@ -89,23 +96,37 @@ class RunFolder:
         self.out, self.path = Path(out), partial_dir(out)
         self.settings, self.seeds, self.flags = settings, list(seeds), flags or {}
         self.progress: dict = {}
+        self._lock: int | None = None  # the descriptor holding LOCK while this process runs the folder
 
     def open(self, resume: bool, log=print) -> None:
         """Continue the folder (`resume`: the same settings, else a UserError naming each that
-        differs) or start it afresh, replacing an unfinished run that --resume did not ask for."""
+        differs) or start it afresh, replacing an unfinished run that --resume did not ask for.
+        The folder's lock is held from here until `release` (refused: another process holds it)."""
+        try:
+            self._open(resume, log)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, resume: bool, log) -> None:
         if resume and (self.path / PROGRESS).is_file():
+            self._take()
             self.compare()
             for note in remove_leftovers(self.path / PROGRESS) + self._clear_temporaries():
                 log(f"note: {note}")
             self.progress["resumes"].append({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                              "finished_seeds": len(self.finished)})
         else:
+            if self.path.is_dir():  # never a folder another process is running
+                self._take(create=False)
+                self.release()
             if resume:
                 log(f"note: --resume: no unfinished run in {self.path}; starting from the first seed")
             elif self.path.exists():
                 log(f"note: removed the unfinished run in {self.path} (starting again)")
             shutil.rmtree(self.path, ignore_errors=True)
             self.path.mkdir(parents=True)
+            self._take()
             self.progress = {"version": VERSION, "settings": self.settings, "seeds": self.seeds, "finished": [],
                              "best": None, "resumes": []}
         self._write()
@@ -120,12 +141,45 @@ class RunFolder:
         """With an unfinished run kept: a UserError naming each setting that differs from it."""
         if not (self.path / PROGRESS).is_file():
             return
+        if self._lock is None:  # before any data is read: a run another process is running is not ours
+            self._take(create=False)
+            self.release()
         self.progress = read_json(self.path / PROGRESS, "an unfinished run's progress")
         changed = differences(self.progress.get("settings", {}), self.settings, self.flags)
         if changed or self.progress.get("version") != VERSION:
             raise UserError(f"--resume with settings that differ from the unfinished run it continues: "
                             f"{'; '.join(changed) or 'another version'} (give the run's own settings, or "
                             f"--overwrite to start again)", self.path)
+
+    def _take(self, create: bool = True) -> None:
+        """Hold LOCK until `release` or the process's end; a UserError saying who holds it when
+        another live process does. Without `create` (a check that changes nothing) a folder without
+        LOCK is held by no one."""
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): one process per folder is the user's to keep
+            return
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            holder = f"another process (pid {pid})" if pid else "another process"
+            raise UserError(f"{holder} is still running this run; let it finish (its result goes to {self.out}) "
+                            f"or stop it, then continue with --resume", self.path) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode("ascii"))
+        self._lock = fd
+
+    def release(self) -> None:
+        """Let go of LOCK (the run is published, or this process stops working on it)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def bytes_held(self) -> int:
         """Bytes the folder holds now (what a resumed run replaces rather than adds)."""
@@ -195,6 +249,8 @@ class RunFolder:
         shutil.rmtree(self.path / CHECKPOINTS, ignore_errors=True)
         publish_dir(self.path, self.out)
         (self.out / PROGRESS).unlink()  # after the rename: a run stopped in between loses nothing
+        (self.out / LOCK).unlink(missing_ok=True)
+        self.release()
 
 
 class SeedCheckpoints:

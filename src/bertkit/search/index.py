@@ -234,6 +234,16 @@ def read_meta(folder: str | os.PathLike) -> dict:
     return meta
 
 
+def precision_mismatch(meta: dict, precision: str) -> str | None:
+    """The line saying that queries encoded at `precision` meet vectors made at another (meta.json's
+    "precision"); None when they match or the index does not say."""
+    made = meta.get("precision")
+    if made is None or made == precision:
+        return None
+    return (f"the index's vectors were made in {made}, the queries are encoded in {precision} (scores differ a little "
+            f"from {made} queries'; --precision {made} matches them)")
+
+
 class SearchIndex:
     """An index folder opened for queries: vectors and graph(s) memory-mapped (`in_memory`: read
     whole into memory instead), passages seeked. An index of several graphs (`graph_size`) asks

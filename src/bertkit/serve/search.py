@@ -39,10 +39,11 @@ def search(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     return Work("embed", encoded.rows, finish, encoded.headers())
 
 
-def attach_index(specs: list[ModelSpec], entry: tuple[str | None, str]) -> None:
+def attach_index(specs: list[ModelSpec], entry: tuple[str | None, str]) -> str | None:
     """Open the index `entry` ((model name or None, folder)) on the model it was built with: the
-    named one, else the one at the path its meta.json records; a UserError when none fits."""
-    from bertkit.search.index import SearchIndex, read_meta
+    named one, else the one at the path its meta.json records; a UserError when none fits. The
+    line to print when the model encodes queries at another precision than the index's vectors."""
+    from bertkit.search.index import SearchIndex, precision_mismatch, read_meta
 
     name, folder = entry
     meta = read_meta(folder)
@@ -63,3 +64,5 @@ def attach_index(specs: list[ModelSpec], entry: tuple[str | None, str]) -> None:
     if spec.index is not None:
         raise UserError(f"--index {folder}: model {spec.name!r} already serves an index")
     spec.index = SearchIndex(folder)
+    line = precision_mismatch(meta, spec.precision)
+    return f"--index {folder}: {line}" if line else None
