@@ -103,3 +103,16 @@ def time_it(fn: Callable[[], None], repeats: int) -> float:
     for _ in range(repeats):
         fn()
     return (time.perf_counter() - started) / repeats
+
+
+def timed(fn) -> float:
+    """Seconds one call of `fn` takes."""
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def line(t1: float, t2: float, u1: float, u2: float) -> tuple[float, float]:
+    """(fixed seconds, seconds per unit) through two timings at u1 and u2 units."""
+    per = max(0.0, (t2 - t1) / (u2 - u1))
+    return max(0.0, t1 - per * u1), per

@@ -24,10 +24,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
-import time
 from dataclasses import dataclass, field
 
 from bertkit.ablate.scales import TaskSize
+from bertkit.experiments.calibrate import line as _line
+from bertkit.experiments.calibrate import timed as _timed
 from bertkit.experiments.core import Cell, Context, Experiment, shared_data
 from bertkit.experiments.descendants_cells import (
     ARCH_NAMES,
@@ -224,18 +225,6 @@ def _arch_rates(scale: str, arch: str, subsets: dict, cal: Context) -> dict[str,
     for task in TASKS:
         out[f"finetune/{task}/{arch}"] = _finetune_rate(scale, arch, task, subsets[task], cal)
     return out
-
-
-def _timed(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
-def _line(t1: float, t2: float, u1: float, u2: float) -> tuple[float, float]:
-    """(fixed, per unit) through two timings."""
-    per = max(0.0, (t2 - t1) / (u2 - u1))
-    return max(0.0, t1 - per * u1), per
 
 
 def _calibration_cell(cell: Cell, needs: tuple[str, ...], cell_id: str = "", **changes) -> Cell:

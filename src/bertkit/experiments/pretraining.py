@@ -20,6 +20,8 @@ from pathlib import Path
 
 from bertkit.ablate.plan import Plan
 from bertkit.ablate.scales import TaskSize
+from bertkit.experiments.calibrate import line as _line
+from bertkit.experiments.calibrate import timed as _timed
 from bertkit.experiments.core import Cell, Context
 
 SETUP = ("vocab", "data", "tasks")
@@ -70,18 +72,6 @@ def executor(plan_of):
         return EXECUTORS[cell.kind](cell, plan_of(ctx.scale, ctx.env), ablation_context(ctx))
 
     return execute
-
-
-def _timed(fn) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
-def _line(t1: float, t2: float, u1: float, u2: float) -> tuple[float, float]:
-    """(fixed, per unit) through two timings."""
-    per = max(0.0, (t2 - t1) / (u2 - u1))
-    return max(0.0, t1 - per * u1), per
 
 
 def calibrate(plan: Plan, cells: list[Cell], ctx: Context, execute) -> dict[str, tuple[float, float]]:
