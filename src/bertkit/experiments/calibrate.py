@@ -36,7 +36,10 @@ def _measured(records: dict[str, dict]) -> dict[str, tuple[float, float]]:
     for r in records.values():
         if r.get("cpu_key") == key and r.get("units"):
             total, units = sums.get(r["rate"], (0.0, 0.0))
-            sums[r["rate"]] = (total + r["time_s"], units + r["units"])
+            # a cell that resumed its own checkpoint reports its time over every attempt (elapsed_s);
+            # the record's time_s is only the last attempt's
+            spent = max(r["time_s"], (r.get("result") or {}).get("elapsed_s") or 0.0)
+            sums[r["rate"]] = (total + spent, units + r["units"])
     return {rate: (0.0, t / u) for rate, (t, u) in sums.items() if u > 0}
 
 
