@@ -279,3 +279,24 @@ def test_time_left_trusts_measurements_only_as_they_accumulate():
         progress.finished(cell, 2 * cell.estimate_s)
     left = sum(c.estimate_s for c in rest[60:])
     assert 1.8 * left < progress.remaining() < 2 * left
+
+
+def test_plan_only_estimates_from_this_cpu_once_calibrated(inputs, tmp_path, capsys):
+    """--plan-only uses the scale's constants until --calibrate measures this CPU; the rates are then
+    saved in the folder, so a later --plan-only gives the same estimates without measuring."""
+    out, args = tmp_path / "abl", ("--only", "t5-ltr", "--tasks", "mrpc", "--seeds", "1", "--plan-only")
+
+    def plan(*more) -> tuple[str, dict[str, str]]:
+        capsys.readouterr()
+        assert ablate(inputs, out, *args, *more) == 0
+        text = capsys.readouterr().out
+        return text.splitlines()[-1], dict(re.findall(r"^    (\S+)  (~\d+s)$", text, re.M))
+
+    source, constant = plan()
+    assert re.search(r"for 0 of (\d+) cells; the scale's constant rates", source), source
+    source, measured = plan("--calibrate")
+    total = len(measured)
+    assert f"for {total} of {total} cells" in source and "constant" not in source, source
+    assert (out / "work" / "calibration.json").is_file() and (out / "ablation.json").is_file()
+    assert measured["pretrain/ltr"] != constant["pretrain/ltr"]
+    assert plan() == (source, measured)  # saved: nothing measured again, the same estimates

@@ -11,6 +11,7 @@ reference's own cells, each task against its majority class -> task-check.json, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -51,6 +52,42 @@ def plan_for(job: AblationJob) -> Plan:
     if job.mode == "check-tasks":
         return check_plan(job.scale, job.seeds, job.tasks)
     return build_plan(job.scale, job.seeds, job.tasks, job.only)
+
+
+def estimated_plan(job: AblationJob, calibrate_now: bool = False, log=print) -> tuple[Plan, str]:
+    """The job's plan with each cell's estimate from this CPU's rates where they are known (OUT's
+    calibration, its finished cells' own times; with `calibrate_now` the missing ones measured first,
+    as `bertkit experiment` does), the scale's constant rates (ablate/scales.py) for the rest; and a
+    line saying which."""
+    from bertkit.experiments import calibrate, core, pretraining
+    from bertkit.experiments.machine import cpu_key
+
+    plan = plan_for(job)
+    work = Path(job.out) / "work"
+    env = {"corpus": list(job.corpus), "data_dir": job.data_dir, "workers": job.workers}
+    ctx = core.Context(work, work / "done", job.scale, env, job.device)
+    cells = pretraining.runner_cells(plan)
+    done = read_done(cells, ctx)
+    if calibrate_now:
+        check_folder(job)
+        if not (Path(job.out) / FOLDER_FILE).is_file():
+            _start_folder(job)
+        execute_cell = pretraining.executor(lambda scale, env: plan)
+        exp = core.Experiment(name="ablate", title="bertkit ablate", scales=(job.scale,), plan=lambda s, e: cells,
+                              execute=execute_cell, report=None,
+                              calibrate=lambda s, todo, c: pretraining.calibrate(plan, todo, c, execute_cell))
+        rates = calibrate.rates(exp, job.scale, [c for c in cells if c.id not in done], ctx, log, records=done)
+    else:
+        rates = calibrate.known_rates(ctx, done)
+    measured = {c.id: est.estimate_s for c, est in zip(cells, calibrate.with_estimates(cells, rates))
+                if c.rate_key in rates}
+    estimated = dataclasses.replace(plan, cells=[dataclasses.replace(c, estimate_s=measured.get(c.id, c.estimate_s))
+                                                 for c in plan.cells])
+    source = f"rates measured on this CPU ({cpu_key()}) for {len(measured)} of {len(cells)} cells"
+    if len(measured) < len(cells):
+        source += (f"; the scale's constant rates (ablate/scales.py, measured for cpu-small) for the other "
+                   f"{len(cells) - len(measured)} (--plan-only --calibrate with --corpus measures them here)")
+    return estimated, source
 
 
 def check_folder(job: AblationJob) -> None:

@@ -78,6 +78,9 @@ def add_arguments(parser) -> None:
       help="before a full run: the reference's pretraining and fine-tunings (the full run's first cells), each task "
            "against its majority class -> OUT/task-check.json")
     a("--plan-only", action="store_true", help="print the cells and the time estimate; run nothing")
+    a("--calibrate", action="store_true",
+      help="with --plan-only: first measure this CPU's rates for the cells not yet done (the setup cells for real, "
+           "short pretrainings and fine-tunings in OUT/work/calibration; a few minutes; needs --corpus)")
     a("--report-only", action="store_true", help="write the report from the cells done so far; run nothing")
     add_report_to(parser, "each pretraining's OUT/work/pretrain/NAME/tensorboard and each fine-tuning's "
                           "OUT/work/finetune/.../tensorboard (tensorboard --logdir OUT/work)")
@@ -95,6 +98,10 @@ def check(args) -> None:
         raise UserError(f"--only does not apply to {'--tune-lr' if args.tune_lr else '--check-tasks'}")
     if args.tune_lr and args.tasks:
         raise UserError("--tasks does not apply to --tune-lr (it pretrains only)")
+    if args.calibrate and not args.plan_only:
+        raise UserError("--calibrate goes with --plan-only (a run calibrates from its own finished cells)")
+    if args.calibrate and not args.corpus:
+        raise UserError("--calibrate needs --corpus (it runs the setup cells and short pretrainings)")
     if not args.corpus and not (args.plan_only or args.report_only):
         raise UserError("--corpus is required (the pretraining text)")
     check_report_to(args)
@@ -128,11 +135,13 @@ def job_from_args(args):
 def run(args) -> int:
     from bertkit.ablate.cells import Stopped
     from bertkit.ablate.plan import describe
-    from bertkit.ablate.runner import plan_for, run_ablation
+    from bertkit.ablate.runner import estimated_plan, run_ablation
 
     job = job_from_args(args)
     if args.plan_only:
-        print(describe(plan_for(job)))
+        plan, source = estimated_plan(job, calibrate_now=args.calibrate, log=lambda line: print(line, flush=True))
+        print(describe(plan))
+        print(source)
         return 0
     if not args.report_only:
         print(f"bertkit ablate: scale {job.scale}, pretraining and fine-tuning in {_precision(job)}", flush=True)

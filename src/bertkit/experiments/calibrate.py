@@ -66,6 +66,13 @@ def rates(exp: Experiment, scale: str, cells: list[Cell], ctx: Context, log=prin
     return {**mine, **_measured(records or {})}
 
 
+def known_rates(ctx: Context, records: dict | None = None) -> dict[str, tuple[float, float]]:
+    """The rates this CPU already has, measuring nothing: the folder's saved calibration and the
+    finished cells' own times."""
+    saved = {k: tuple(v) for k, v in _saved(ctx).get(cpu_key(), {}).get("rates", {}).items()}
+    return {**saved, **_measured(records or {})}
+
+
 def with_estimates(cells: list[Cell], rates_by_key: dict[str, tuple[float, float]]) -> list[Cell]:
     """The cells with `estimate_s` from the rates (0 where a rate is unknown)."""
     out = []
