@@ -128,6 +128,10 @@ def test_report_with_rows_without_a_paper_figure(tmp_path):
            "figure); CoNLL-2003 NER not resolved (-0.50; no paper figure) |" in text
     assert "| BERT (MLM + NSP) | 71.00 ± 1.00 / 86.7 | 31.00 ± 1.00 / - | (reference) |" in text
     assert "Majority class on our dev subsets: MRPC accuracy 68.4 (label 1)." in text
+    for seed in (1, 2, 3):  # BERT's row still running: ELECTRA's is compared with it, not a reference
+        del fake[f"finetune/bert/mrpc/ft/seed{seed}"], fake[f"finetune/bert/conll/ft/seed{seed}"]
+    assert "| ELECTRA (RTD) | 76.00 ± 1.00 / - | 30.50 ± 0.76 / - | vs t5-bert: MRPC: pending; CoNLL-2003 NER: " \
+           "pending |" in render_markdown(build_report(plan, fake, {"command": "bertkit ablate ..."}))
     write_report(tmp_path, report)
     assert (tmp_path / "t5.png").stat().st_size > 1000
     assert majority_baseline("squad", tmp_path) == {"label": "", "f1": 0.0, "exact_match": 0.0}  # an empty answer

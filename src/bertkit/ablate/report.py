@@ -117,6 +117,8 @@ def _sign_text(column: str, entry: dict) -> str:
     if sign and "direction" in sign:  # no paper figure: our gap alone
         direction = "not resolved" if sign["direction"] == UNRESOLVED else sign["direction"]
         return f"{short} {direction} ({sign['our_gap']:+.2f}; no paper figure)"
+    if sign and sign["verdict"] == NO_SIGN and "our_gap" not in sign:  # no paper figure, a row still running
+        return f"{short}: pending"
     if not sign or sign["verdict"] == NO_SIGN:
         return ""
     if sign["verdict"] == PENDING:
