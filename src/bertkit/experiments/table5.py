@@ -27,8 +27,9 @@ SEEDS = (1, 2, 3)
 def plan_of(scale: str) -> Plan:
     plan = build_plan(SCALES[scale], SEEDS, None, [CURVE_KEY])
     setup = [c for c in plan.cells if c.kind in pretraining.SETUP]
+    # smallest budget first; within a budget ELECTRA last, its settings being the least settled
     pretrains = sorted((c for c in plan.cells if c.kind == "pretrain"),
-                       key=lambda c: (c.param("steps") * _flops(plan, c)))
+                       key=lambda c: (c.param("steps") * _flops(plan, c), c.param("objective") == "electra"))
     ordered = list(setup)
     for p in pretrains:
         variant = p.id.removeprefix("pretrain/")
