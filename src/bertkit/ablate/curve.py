@@ -24,9 +24,11 @@ from bertkit.ablate.scales import Scale
 from bertkit.ablate.tables import CURVE_COLUMNS, CURVE_KEY, CURVE_LINES, CurveLine, Row, Table
 
 
-def flops_per_step(scale: Scale, objective: str, fmt: str, size: str = "reference") -> float:
-    """Useful FLOPs of one pretraining step of `objective` at this scale (a cell's own options)."""
-    options = scale.train_options(dict(scale.pretrain_params(objective, fmt, size)))
+def flops_per_step(scale: Scale, objective: str, fmt: str, size: str = "reference",
+                   options: dict | None = None) -> float:
+    """Useful FLOPs of one pretraining step of `objective` at this scale (a cell's own options, and
+    `options` such as ELECTRA's generator size)."""
+    options = scale.train_options(dict(scale.pretrain_params(objective, fmt, size, options=options)))
     return _count(json.dumps(options, sort_keys=True), scale.vocab_size, scale.max_seq_len)
 
 

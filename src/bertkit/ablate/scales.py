@@ -89,13 +89,15 @@ class Scale:
                 "dropout": self.dropout, "precision": self.precision}
 
     def pretrain_params(self, objective: str, fmt: str, size: str = "reference", mask_rule: str = "80/10/10",
-                        lr: float | None = None, **length) -> tuple:
+                        lr: float | None = None, options: dict | None = None, **length) -> tuple:
         """A pretraining cell's params: what it trains, and every setting it trains with (`lr`: another
-        than the scale's); `length` is steps=N, minutes=M, or minutes_of=CELL (the minutes that cell's
-        pretraining took)."""
-        options = {**self.pretrain_options(objective), **({"lr": lr} if lr is not None else {})}
+        than the scale's; `options`: other `TrainConfig` options, such as ELECTRA's rtd_weight, kept
+        as one param only when given); `length` is steps=N, minutes=M, or minutes_of=CELL (the
+        minutes that cell's pretraining took)."""
+        recipe = {**self.pretrain_options(objective), **({"lr": lr} if lr is not None else {})}
+        extra = (("options", tuple(sorted(options.items()))),) if options else ()
         return (("objective", objective), ("format", fmt), ("mask_rule", mask_rule), ("size", size),
-                ("batch_size", self.batch_size), *sorted(options.items()), *length.items())
+                ("batch_size", self.batch_size), *sorted(recipe.items()), *extra, *length.items())
 
     def train_options(self, params: dict) -> dict:
         """The `TrainConfig` options a pretraining cell's params name (the model's shape included);
@@ -104,7 +106,7 @@ class Scale:
         recipe = {k: params[k] for k in self.pretrain_options(params["objective"])}
         return {**recipe, "preset": preset, "config_overrides": dict(overrides), "objective": params["objective"],
                 "batch_size": params["batch_size"], "mask_rule": params["mask_rule"], "compile": self.compile,
-                "eval_samples": self.eval_samples}
+                "eval_samples": self.eval_samples, **dict(params.get("options", ()))}
 
     @property
     def finetune_precision(self) -> str:
