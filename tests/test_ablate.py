@@ -292,11 +292,10 @@ def test_plan_only_estimates_from_this_cpu_once_calibrated(inputs, tmp_path, cap
         text = capsys.readouterr().out
         return text.splitlines()[-1], dict(re.findall(r"^    (\S+)  (~\d+s)$", text, re.M))
 
-    source, constant = plan()
+    source, _ = plan()
     assert re.search(r"for 0 of (\d+) cells; the scale's constant rates", source), source
     source, measured = plan("--calibrate")
     total = len(measured)
     assert f"for {total} of {total} cells" in source and "constant" not in source, source
     assert (out / "work" / "calibration.json").is_file() and (out / "ablation.json").is_file()
-    assert measured["pretrain/ltr"] != constant["pretrain/ltr"]
     assert plan() == (source, measured)  # saved: nothing measured again, the same estimates
