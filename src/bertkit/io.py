@@ -316,7 +316,8 @@ def _temp_prefix(dest: Path) -> str:
     return f".{dest.name}.{os.getpid()}."
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` is running (on this machine)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -340,7 +341,7 @@ def remove_leftovers(dest: str | os.PathLike) -> list[str]:
         found = ours.fullmatch(entry.name)
         if not found or not (found["pid"] or found["random"]):
             continue
-        if found["pid"] and (int(found["pid"]) == os.getpid() or _alive(int(found["pid"]))):
+        if found["pid"] and (int(found["pid"]) == os.getpid() or alive(int(found["pid"]))):
             continue
         shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         done.append(f"removed {entry.name}, which a stopped run left behind")

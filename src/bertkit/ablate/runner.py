@@ -72,10 +72,9 @@ def estimated_plan(job: AblationJob, calibrate_now: bool = False, log=print) -> 
         check_folder(job)
         if not (Path(job.out) / FOLDER_FILE).is_file():
             _start_folder(job)
-        execute_cell = pretraining.executor(lambda scale, env: plan)
-        exp = core.Experiment(name="ablate", title="bertkit ablate", scales=(job.scale,), plan=lambda s, e: cells,
-                              execute=execute_cell, report=None,
-                              calibrate=lambda s, todo, c: pretraining.calibrate(plan, todo, c, execute_cell))
+        plan_cells, execute_cell, calibrate_cells = pretraining.parts(lambda scale: plan)
+        exp = core.Experiment(name="ablate", title="bertkit ablate", scales=(job.scale,), plan=plan_cells,
+                              execute=execute_cell, report=None, calibrate=calibrate_cells)
         rates = calibrate.rates(exp, job.scale, [c for c in cells if c.id not in done], ctx, log, records=done)
     else:
         rates = calibrate.known_rates(ctx, done)

@@ -30,6 +30,11 @@ def _saved(ctx: Context) -> dict:
     return read_json(path, "a calibration") if path.is_file() else {}
 
 
+def _rates_of(saved: dict, key: str) -> dict[str, tuple[float, float]]:
+    """The saved calibration's rates for CPU key `key`."""
+    return {k: tuple(v) for k, v in saved.get(key, {}).get("rates", {}).items()}
+
+
 def _measured(records: dict[str, dict]) -> dict[str, tuple[float, float]]:
     """rate -> (0, mean seconds per unit) over the finished cells of this CPU."""
     key, sums = cpu_key(), {}
@@ -48,7 +53,7 @@ def rates(exp: Experiment, scale: str, cells: list[Cell], ctx: Context, log=prin
     """The rates of `cells` on this CPU: saved, else measured now (and saved)."""
     saved = _saved(ctx)
     key = cpu_key()
-    mine = {k: tuple(v) for k, v in saved.get(key, {}).get("rates", {}).items()}
+    mine = _rates_of(saved, key)
     wanted = {c.rate_key for c in cells}
     missing = sorted(wanted if force else wanted - set(mine))
     if missing:
@@ -69,8 +74,7 @@ def rates(exp: Experiment, scale: str, cells: list[Cell], ctx: Context, log=prin
 def known_rates(ctx: Context, records: dict | None = None) -> dict[str, tuple[float, float]]:
     """The rates this CPU already has, measuring nothing: the folder's saved calibration and the
     finished cells' own times."""
-    saved = {k: tuple(v) for k, v in _saved(ctx).get(cpu_key(), {}).get("rates", {}).items()}
-    return {**saved, **_measured(records or {})}
+    return {**_rates_of(_saved(ctx), cpu_key()), **_measured(records or {})}
 
 
 def with_estimates(cells: list[Cell], rates_by_key: dict[str, tuple[float, float]]) -> list[Cell]:

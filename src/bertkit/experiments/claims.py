@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bertkit.io import alive
+
 
 class Claims:
     """The claim files of one work folder."""
@@ -58,12 +60,4 @@ def _holder_alive(path: Path) -> bool:
     pid = _holder(path)
     if pid is None:  # being written this instant, or unreadable: treat as held
         return path.exists()
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or alive(pid)

@@ -35,6 +35,7 @@ from bertkit.experiments import corpus_embed as emb
 from bertkit.experiments import corpus_index as idx
 from bertkit.experiments.core import Cell, Context, Experiment, shared_data
 from bertkit.experiments.corpus_embed import CONTENDERS, EMBED, HELD_TO_AVX2, shard_size
+from bertkit.io import alive
 
 
 @dataclass(frozen=True)
@@ -107,21 +108,11 @@ def plan(scale: str, env: dict) -> list[Cell]:
 
 # ---- the cores a cell holds ----
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _running(folder: Path, mine: Path) -> set[str]:
     out = set()
     for p in folder.glob("*.pid"):
         with contextlib.suppress(OSError, ValueError):
-            if p != mine and _alive(int(p.read_text())):
+            if p != mine and alive(int(p.read_text())):
                 out.add(p.stem.replace("__", "/"))
     return out
 

@@ -74,6 +74,20 @@ def executor(plan_of):
     return execute
 
 
+def parts(plan_of):
+    """An experiment's plan, execute and calibrate over the ablation plan `plan_of(scale)` gives:
+    what every pretrain-then-fine-tune experiment declares the same way."""
+    execute = executor(lambda scale, env: plan_of(scale))
+
+    def plan(scale: str, env: dict) -> list[Cell]:
+        return runner_cells(plan_of(scale))
+
+    def calibrate_cells(scale: str, cells: list[Cell], ctx: Context) -> dict[str, tuple[float, float]]:
+        return calibrate(plan_of(scale), cells, ctx, execute)
+
+    return plan, execute, calibrate_cells
+
+
 def calibrate(plan: Plan, cells: list[Cell], ctx: Context, execute) -> dict[str, tuple[float, float]]:
     """Each rate of `cells` timed on this machine (see the module docstring)."""
     from bertkit.experiments.runner import run_cells

@@ -74,16 +74,7 @@ def plan_of(scale: str, env=None) -> Plan:
     return Plan(s, (), (), [], cells)
 
 
-def plan(scale: str, env: dict) -> list[Cell]:
-    return pretraining.runner_cells(plan_of(scale))
-
-
-def execute(cell: Cell, ctx: Context) -> dict:
-    return pretraining.executor(lambda scale, env: plan_of(scale))(cell, ctx)
-
-
-def calibrate(scale: str, cells: list[Cell], ctx: Context):
-    return pretraining.calibrate(plan_of(scale), cells, ctx, execute)
+plan, execute, calibrate = pretraining.parts(plan_of)
 
 
 def report(cells: list[Cell], records: dict, ctx: Context) -> Report:
