@@ -20,7 +20,8 @@ from bertkit.errors import UserError
 # name -> the module whose EXPERIMENT it is
 EXPERIMENTS = {"t5-shapes": "bertkit.experiments.shapes", "table5": "bertkit.experiments.table5",
                "corpus": "bertkit.experiments.corpus", "descendants": "bertkit.experiments.descendants",
-               "rtd": "bertkit.experiments.rtd"}
+               "rtd": "bertkit.experiments.rtd", "levers": "bertkit.experiments.levers",
+               "objectives": "bertkit.experiments.objectives"}
 
 
 def get_experiment(name: str):

@@ -187,16 +187,23 @@ def transformers_check(run_dir: Path) -> dict:
 
 
 def _score(cell: Cell, ctx: Context) -> dict:
+    from bertkit.embed import load_encoder
+
+    run = ctx.path(cell.needs[0])
+    check = transformers_check(run)
+    return {**probe_scores(*load_encoder(run / "model"), cell), **check}
+
+
+def probe_scores(model, tokenizer, cell: Cell) -> dict:
+    """The demo's topic probe (frozen mean-pooled features at each labelled budget) and sense probe
+    of one encoder, on the BBC split a scoring cell's params name (`articles_per_topic`,
+    `test_fraction`, `split_seed`, `budgets`, `draws`, `probe_seed`, `max_len`)."""
     import numpy as np
 
     from bertkit.demo.corpus import TOPICS
     from bertkit.demo.labels import article_features, label_budget_table
     from bertkit.demo.senses import compare_senses, word_vectors
-    from bertkit.embed import load_encoder
 
-    run = ctx.path(cell.needs[0])
-    check = transformers_check(run)
-    model, tokenizer = load_encoder(run / "model")
     train, test = _articles(cell)
     train_y, test_y = (np.array([TOPICS.index(t) for t, _, _ in rows]) for rows in (train, test))
     features = tuple(article_features(model, tokenizer, [t for _, _, t in rows], cell.param("max_len"))
@@ -207,7 +214,7 @@ def _score(cell: Cell, ctx: Context) -> dict:
     keep = ("within", "across", "separation", "neighbours_same_sense")
     return {"probe": {str(r["per_topic"]): r["accuracy"]["model"] for r in rows},
             "senses": {w: {k: round(float(v), 4) for k, v in block["models"]["model"].items() if k in keep}
-                       for w, block in senses.items()}, **check}
+                       for w, block in senses.items()}}
 
 
 def _finetune(cell: Cell, ctx: Context) -> dict:
