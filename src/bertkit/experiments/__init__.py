@@ -7,8 +7,11 @@ them); `calibrate.py` times this machine for the plan's estimate; `run.py` is on
 one call (`bertkit experiment NAME`). The experiments, one file each: `shapes.py` (Table 5's
 reference shape), `table5.py` (Table 5 on a compute curve), with `pretraining.py` what the
 pretrain-then-fine-tune experiments share; `descendants.py` (BERT's descendants side by side, its
-cells' work in `descendants_cells.py`, its table in `descendants_report.py`); `bertkit ablate` runs
-its cells through the same runner.
+cells' work in `descendants_cells.py`, its table in `descendants_report.py`), `rtd.py` (replaced-token
+detection against masked LM at equal FLOPs), `levers.py` (the demo's pretraining levers at equal
+AVX2 time, one arm's training in `levers_arm.py`), `objectives.py` (masked LM, mask rate 30% and
+ELECTRA against transformers' Trainer) and `corpus.py` (embedding and indexing at corpus scale);
+`bertkit ablate` runs its cells through the same runner.
 """
 
 from __future__ import annotations

@@ -308,7 +308,7 @@ def _train(cell: Cell, ctx: Context) -> dict:
     per_step = per_step_of(timing_id(cell.param("arm")), ctx)
     steps = arm_steps(budget_s, per_step, cell.param("ltr_share"))
     done = spawn(_job(cell, ctx, steps=steps), ctx.work / "jobs" / f"{cell.id}.json")
-    return {"steps": steps, "budget_s": round(budget_s, 2), "s_per_step": per_step, "limits": done["limits"],
+    return {"steps": steps, "budget_s": budget_s, "s_per_step": per_step, "limits": done["limits"],
             "wall_s": done["wall_s"]}
 
 
