@@ -43,6 +43,7 @@ EM = "embed --model $tiny --input $text --pooling cls --out out.npy"
 FE = "features --model $tiny --input $text --out out.npz --layers -1"
 EV = "evaluate --model $tiny --task sst2 --data $dev"
 DI = "distill --teacher $tiny --task sst2 --student-preset teacher --train $train --dev $dev --out out --no-progress"
+DS = "distill --to static --teacher $tiny --out out"
 SQ = "score --task squad --gold $squad --pred pred.json"
 IX = "index --model $tiny --input $text --out idx --no-progress"
 EC = "embed --model $tiny --input $text --pooling cls --out shards --shards --no-progress"  # into a folder of shards
@@ -185,7 +186,7 @@ CASES = [
     Case(f"{DI} --temperature 0", "argument --temperature"),
     Case(DI.replace("teacher --train", "huge --train"), "argument --student-preset"),
     Case(f"{DI} --student $tiny", "argument --student: not allowed with argument --student-preset"),
-    Case(DI.replace("--student-preset teacher", ""), "one of the arguments --student-preset --student is required"),
+    Case(DI.replace("--student-preset teacher", ""), "one of --student-preset or --student is required"),
     Case(DI.replace("--dev $dev", ""), "--dev is required for --task sst2"),
     Case(f"{DI} --student-layers 0", "argument --student-layers"),
     Case(f"{DI} --teacher-layers 0,1", "argument --teacher-layers"),
@@ -194,6 +195,16 @@ CASES = [
     Case(DI, "out: holds a previous distillation result; pass --overwrite", {"out/distill.json": "{}"}),
     Case(DI, "model has no trained BertForSequenceClassification head"),
     Case(f"{DI} --save-every -1", "argument --save-every"),
+    # distill --to static
+    Case(f"{DS} --dim 33", "--dim 33 is larger than the teacher's width 32"),
+    Case(f"{DS} --dim 0", "argument --dim"),
+    Case(DS.replace("$tiny", "nomodel"), "nomodel: no config.json: not a model directory", {"nomodel/notes.txt": "x"}),
+    Case(f"{DS} --task sst2", "--task is a student's flag"),
+    Case(f"{DS} --weighting idf", "argument --weighting"),
+    Case(f"{DS} --corpus nosuch.txt", "argument --corpus"),
+    Case(DS, "out: holds a previous static model; pass --overwrite", {"out/static.json": "{}"}),
+    Case(f"{DI} --dim 16", "--dim applies to --to static"),
+    Case("distill --teacher $tiny --out out --student-preset teacher", "--task is required (unless --to static)"),
     Case(f"{DI} --resume --overwrite", "--resume continues a run and --overwrite starts it again"),
     Case(DI, "out: an unfinished run (1 of 2 seeds done) is kept in .out.partial; pass --resume",
          {".out.partial/progress.json": UNFINISHED}),
@@ -290,6 +301,18 @@ CASES = [
     Case(f"{EM} --int8 --precision bf16", "--precision bf16 runs torch models in bf16: not with --int8"),
     Case(f"{EM} --precision fp16", "argument --precision"),
     Case(f"{EM} --layers a,b", "argument --layers"),
+    # Matryoshka widths and prompts (tests/test_matryoshka.py, tests/test_prompts.py)
+    Case(f"{EM} --dimensions 0", "argument --dimensions"),
+    Case(f"{EM} --dimensions 33", "--dimensions 33 must be between 1 and the vectors' width 32"),
+    Case(f"{EM} --prompt-name query", "--prompt-name 'query' is not one of the model's prompts (none)"),
+    Case(f"{EM} --prompt-name q --prompt x", "--prompt-name and --prompt ask for different things"),
+    Case(f"{EC} --dimensions 8", "--dimensions applies to a text file"),
+    Case(f"{IX} --dimensions 33", "--dimensions 33 must be between 1 and the vectors' width 32"),
+    Case(f"{IX} --prompt-name passage", "--prompt-name 'passage' is not one of the model's prompts"),
+    Case(f"{SE} --prompt-name query", "--prompt-name 'query' is not one of the model's prompts"),
+    Case(f"{EMB} --matryoshka-dims 16 --matryoshka-weights 1,1", "--matryoshka-weights names 2 weights for 1"),
+    Case(f"{EMB} --matryoshka-weights 0", "argument --matryoshka-weights"),
+    Case(f"{FT} --query-prompt q", "--query-prompt applies to --task embedding only"),
     Case(f"{EM} --batch-size 0", "argument --batch-size"),
     Case(f"{EM} --max-length 2", "argument --max-length"),
     Case(EM.replace("cls", "sum"), "argument --pooling"),
@@ -362,6 +385,8 @@ CASES = [
          {".idx.partial/progress.json": '{"identity": {"dtype": "fp16"}, "done": 64, "count": 100}'}),
     Case("index --out idx", "the following arguments are required: --model, --input (or --vectors DIR)"),
     Case(f"{IX} --graph-size 4", "--graph-size applies to --vectors"),
+    Case(f"{IX} --quantize int4", "argument --quantize: invalid choice: 'int4'"),
+    Case(f"{IX} --quantize binary --best-chunk", "--quantize scores one vector per passage; not with --best-chunk"),
     Case("index --vectors nowhere --out idx", "argument --vectors: nowhere: no such folder"),
     Case("index --vectors d --out idx", "d: not a folder of embedding shards (no manifest.json)", {"d/notes.txt": "x"}),
     Case("index --vectors d --model $tiny --out idx", "--model applies to embedding; --vectors indexes the shards",
@@ -374,6 +399,10 @@ CASES = [
     Case("search --index d q", "d: not a search index (no meta.json)", {"d/notes.txt": "mine"}),
     Case(f"{SE} -k 0", "argument -k/--top-k"),
     Case(f"{SE} --candidates 5", "--candidates applies to --rerank only"),
+    Case(f"{SE} --oversample 0", "argument --oversample: must be at least 1, not 0"),
+    Case(f"{SE} --oversample 8", "--oversample applies to an index built with --quantize"),
+    Case(f"{SE} --no-rescore", "--rescore/--no-rescore applies to an index built with --quantize"),
+    Case(f"{SE} --no-rescore --oversample 8", "--oversample sets the candidates rescored; not with --no-rescore"),
     Case(f"{SE} --precision fp16", "argument --precision"),
     Case(f"{SE} --rerank $tiny -k 5 --candidates 2", "--candidates 2 is fewer than -k 5"),
     Case(f"{SE} --rerank $tiny", "a reranker has one output (num_labels 1)"),

@@ -160,13 +160,15 @@ def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):
     models = ["Word2Vec", "random init", "pretrained (demo)", "all-MiniLM-L6-v2"]
     for word in ("court", "bank"):
         got = summary["senses"][word]["models"]
-        assert list(got) == models
-        assert got["Word2Vec"]["within"] == pytest.approx(1.0) and got["Word2Vec"]["separation"] == pytest.approx(0.0)
+        assert list(got) == [*models[:3], "static (from demo)", models[3]]
+        for static in ("Word2Vec", "static (from demo)"):  # one vector per word, whatever its sentence
+            assert got[static]["within"] == pytest.approx(1.0, abs=1e-5) and got[static]["separation"] == pytest.approx(0.0, abs=1e-5)
         assert got["all-MiniLM-L6-v2"]["separation"] > 0.1  # the real checkpoint separates the senses
         assert got["random init"]["cosine"] != got["pretrained (demo)"]["cosine"]
     rows = summary["label_budgets"]
     assert [r["per_topic"] for r in rows] == [4, 16, "all"] and rows[-1]["labelled_articles"] == 95
     assert all(list(r["accuracy"]) == models[1:] and 0 <= r["accuracy"]["random init"]["mean"] <= 100 for r in rows)
+    assert summary["static"]["speedup"] > 1 and summary["static"]["distill_seconds"] < 60
     assert list(summary["stages"]) == ["corpus", "vocabulary", "prepare", "calibrate", "pretrain", "fill-mask",
                                        "senses", "labels", "summary"]
     assert all(t["seconds"] >= 0 and t["budget_seconds"] > 0 for t in summary["stages"].values())

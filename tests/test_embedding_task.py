@@ -48,10 +48,15 @@ def test_cosent_equals_the_hand_computed_value():
     assert cosent_loss(b, a, torch.tensor([2.0, 1.0, 3.0]), 2.0).item() < 1e-3 + math.log(1 + 3 * math.exp(-0.4))
 
 
-def test_matryoshka_sums_the_loss_over_the_prefixes():
-    v = torch.arange(12.0).reshape(3, 4)
-    got = matryoshka(lambda x: x.sum() * x.shape[1], v, (2, 4, 1))
-    assert got.item() == pytest.approx(v.sum() * 4 + v[:, :2].sum() * 2 + v[:, :1].sum())
+def test_matryoshka_sums_the_loss_over_the_listed_prefixes_at_unit_length():
+    v = torch.arange(1.0, 13.0).reshape(3, 4)
+
+    def unit(x):
+        return x / x.norm(dim=1, keepdim=True)
+
+    got = matryoshka(lambda x: x.sum() * x.shape[1], v, (2, 4, 1))  # the full width only because it is listed
+    assert got.item() == pytest.approx(float(unit(v).sum() * 4 + unit(v[:, :2]).sum() * 2 + 3), abs=1e-5)
+    assert matryoshka(lambda x: x.sum(), v, (2,)).item() == pytest.approx(float(unit(v[:, :2]).sum()), abs=1e-5)
 
 
 def test_listwise_loss_is_the_positives_softmax_cross_entropy():
@@ -149,7 +154,7 @@ def test_a_tiny_run_learns_the_pairs_and_reloads_in_sentence_transformers(tiny_d
     assert run_cli("finetune", "--model", tiny_dir, "--task", "embedding", "--train", rows, "--dev", rows, "--out", out,
                    "--epochs", "40", "--batch-size", "13", "--lr", "1e-2", "--warmup", "0", "--seeds", "1",
                    "--no-progress", "--pooling", "max", "--normalize", "--grad-cache", "5",
-                   "--matryoshka-dims", "16", "--max-seq-len", "32") == 0
+                   "--matryoshka-dims", "32,16", "--max-seq-len", "32") == 0
     seed = json.loads((out / "results.json").read_text())["seeds"][0]
     assert np.mean(seed["train_loss"][-5:]) < 0.5 * np.mean(seed["train_loss"][:5]), seed["train_loss"]
     assert seed["dev"]["mrr@10"] > before["mrr@10"] + 0.3 and seed["dev"]["mrr@10"] > 0.8, (before, seed["dev"])

@@ -19,7 +19,7 @@ from bertkit.io import read_json
 from conftest import shared_path
 
 TINY_CELLS = {"inputs", "reference", "throughput__native__bertkit__1", "index__vectors", "index__build",
-              "index__search"}
+              "index__search", "index__build-int8", "index__search-int8", "index__build-binary", "index__search-binary"}
 
 
 def test_tiny_scale_runs_end_to_end_and_a_rerun_runs_nothing(tmp_path, capsys):
@@ -38,16 +38,23 @@ def test_tiny_scale_runs_end_to_end_and_a_rerun_runs_nothing(tmp_path, capsys):
     assert (built["vectors"], built["graphs"], built["dtype"]) == (3000, 3, "fp16") and built["peak_rss_mb"] > 0
     assert searched["queries"] == 100 and 0.8 <= searched["recall_at_10"] <= 1.0
     assert 0 < searched["p50_ms"] <= searched["p99_ms"] and searched["peak_rss_queries_mb"] > 0
+    for kind, width in (("int8", 384), ("binary", 48)):  # quantised rows, 4x candidates rescored from fp32
+        built, searched = records[f"index__build-{kind}"]["result"], records[f"index__search-{kind}"]["result"]
+        assert (built["quantize"], built["graphs"], built["quantized_bytes"]) == (kind, 0, 3000 * width)
+        # 3,000 vectors around 1,024 centres: a query's top 10 are mostly other clusters' near-equal
+        # neighbours, which sign bits tell apart less well than at 100,000 (0.98 there)
+        assert searched["recall_at_10"] >= (0.99 if kind == "int8" else 0.5), (kind, searched["recall_at_10"])
+    assert "| binary | 48 |" in (out / "report.md").read_text(encoding="utf-8")
     report = (out / "report.md").read_text(encoding="utf-8")
-    assert "6 of 6 cells done." in report and "| native | bertkit | " in report and "…" not in report
+    assert "10 of 10 cells done." in report and "| native | bertkit | " in report and "…" not in report
     assert "lowest cosine to transformers >= 0.999: **met**" in report and "recall@10" in report
     assert (out / "throughput.png").stat().st_size > 0
     data = read_json(out / "report.json")
-    assert data["cells"] == {"done": 6, "total": 6} and data["throughput"][0]["ratio_to_bertkit"] == 1.0
+    assert data["cells"] == {"done": 10, "total": 10} and data["throughput"][0]["ratio_to_bertkit"] == 1.0
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
     capsys.readouterr()
     assert main(argv) == 0
-    assert "6 done before, 0 to run" in capsys.readouterr().out
+    assert "10 done before, 0 to run" in capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()} == stamps
 
 

@@ -26,6 +26,7 @@ from bertkit.data.batching import length_mask, pad_rows
 from bertkit.devices import autocast
 from bertkit.errors import UserError
 from bertkit.long_inputs import Plan, Policy, merge_reports, pool_chunks
+from bertkit.matryoshka import check_dimensions, truncate_rows
 from bertkit.model import BertModel
 from bertkit.tokenizer import Tokenizer
 
@@ -99,8 +100,10 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
                 layers: Sequence[int] = (-1,), combine: str = "concat", normalize: bool = False,
                 batch_size: int = 32, max_length: int = 512, device: str | torch.device = "cpu",
                 progress: bool = True, report: dict | None = None, precision: str = "fp32",
-                policy: Policy | None = None, chunks: bool = False):
-    """One float32 vector per text: (N, C), or (N, C*k) for k concatenated layers.
+                policy: Policy | None = None, chunks: bool = False, dimensions: int | None = None):
+    """One float32 vector per text: (N, C), or (N, C*k) for k concatenated layers; with
+    `dimensions` d, (N, d): each row's first d components, unit length again when `normalize`
+    (`bertkit.matryoshka.truncate_rows`; a long text's chunks are cut before they are averaged).
 
     `precision` "bf16" runs the encoder under bf16 autocast (`devices.autocast`); pooling and
     normalising stay fp32.
@@ -121,6 +124,7 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
         raise UserError(f"batch size must be at least 1, got {batch_size}")
     layers = list(layers)
     check_layers(layers, model.config.num_hidden_layers + 1)
+    check_dimensions(dimensions, model.config.hidden_size * (len(layers) if combine == "concat" else 1))
     max_length = min(max_length, model.config.max_tokens)
     (policy or Policy()).check_window(max_length - tokenizer.template.single_count)
     plan = text_plan(tokenizer, texts, max_length, policy)
@@ -129,6 +133,7 @@ def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *,
         report.update(summary.as_dict(), cut=0 if summary.policy == "windows" else summary.long,
                       max_length=max_length)
     vectors = _embed_rows(model, plan, layers, combine, pooling, normalize, batch_size, device, progress, precision)
+    vectors = truncate_rows(vectors, dimensions, normalize)
     if chunks:
         return vectors, plan.owner
     if len(plan) == len(texts):  # one row per text: truncation, or nothing long

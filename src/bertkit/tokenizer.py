@@ -18,6 +18,7 @@ tokens (RoBERTa's <s> A </s></s> B </s> adds four): `template` says where each g
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterable
@@ -189,6 +190,15 @@ class Tokenizer:
             two = self._tok.encode("a", "b", add_special_tokens=True)
             self._template = subword.Template.read(one, two)
         return self._template
+
+    def without_special_tokens(self) -> Tokenizer:
+        """A copy that puts no special tokens around a text or a pair: a static model's, whose
+        vector is the mean of its text's own tokens (sentence-transformers' StaticEmbedding)."""
+        other = copy.copy(self)
+        other._tok = _HFTokenizer.from_str(self._tok.to_str())
+        other._tok.post_processor = None
+        other._template, other._words_tok = None, None
+        return other
 
     def continues_word(self, token: str) -> bool:
         """Whether `token` continues the word of the token before it (whole-word masking): a

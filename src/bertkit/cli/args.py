@@ -151,6 +151,18 @@ def model_dir(text: str) -> str:
     return text
 
 
+def encoder_dir(text: str) -> str:
+    """A model directory, or a static embedding model's (`bertkit.static`): embed, index, search, serve."""
+    from bertkit.st import static_module
+
+    try:
+        if Path(text).is_dir() and static_module(text) is not None:
+            return text
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return model_dir(text)
+
+
 def tokenizer_dir(text: str) -> str:
     """A folder holding vocab.txt or tokenizer.json (a tokenizer or a model directory)."""
     existing_dir(text)

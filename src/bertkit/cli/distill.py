@@ -11,6 +11,11 @@ Writes into OUT what `bertkit finetune` writes (model/ in HF format with vocabul
 predictions, plots) plus distill.json (teacher and student dev scores, sizes, the layers copied);
 built in `.OUT.partial` beside it, so a stopped run keeps its checkpoint there for --resume (as
 `bertkit finetune`); --overwrite replaces a previous result.
+
+`--to static` makes a static embedding model instead (`bertkit.distill.static`: each token through
+the teacher, PCA, token weights, optionally refined on `--corpus`), written as sentence-transformers'
+StaticEmbedding layout; it takes --teacher, --out, --overwrite, --device, --seed and its own flags
+(`StaticOptions`), and none of the student's (--task, --train, --student..., --dev).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from bertkit.cli.args import (
 from bertkit.errors import UserError
 
 RESULT_MARKERS = ("distill.json", "results.json", "model")
+STATIC_MARKERS = ("static.json", "modules.json")
+STUDENT_ONLY = ("task", "train", "dev", "student", "student_preset", "student_layers", "teacher_layers")
 
 
 def add_arguments(parser) -> None:
@@ -45,10 +52,13 @@ def add_arguments(parser) -> None:
     from bertkit.finetune.registry import TASKS
 
     a = parser.add_argument
+    a("--to", choices=("student", "static"), default="student",
+      help="what to make: a smaller transformer (student), or a static embedding model (static: one vector per "
+           "token, sentence-transformers' StaticEmbedding)")
     a("--teacher", required=True, type=model_dir, help="teacher model directory (fine-tuned for --task)")
-    a("--task", required=True, choices=tuple(dict.fromkeys((*TASKS, *SPECIAL_TASKS))),
-      help="the teacher's fine-tuning task; embedding (sentence vectors) or mlm (masked LM)")
-    student = parser.add_mutually_exclusive_group(required=True)
+    a("--task", choices=tuple(dict.fromkeys((*TASKS, *SPECIAL_TASKS))),
+      help="--to student (required): the teacher's fine-tuning task; embedding (sentence vectors) or mlm (masked LM)")
+    student = parser.add_mutually_exclusive_group()
     student.add_argument("--student-preset", choices=("teacher", *PRESETS),
                          help="the student's shape: the teacher's own (then fewer layers) or a preset")
     student.add_argument("--student", type=model_dir, help="a student model directory to start from")
@@ -56,8 +66,9 @@ def add_arguments(parser) -> None:
       help="student depth (default: a quarter of the teacher's, rounded up, for --student-preset teacher)")
     a("--teacher-layers", type=comma_ints(low=1), default=None,
       help="teacher layers (1 = first) the student's start from (default: every k-th, the top one last)")
-    a("--train", required=True, nargs="+", type=existing_path,
-      help="training file; embedding: corpus files or folders; mlm: a `bertkit prepare` folder")
+    a("--train", nargs="+", type=existing_path,
+      help="--to student (required): training file; embedding: corpus files or folders; mlm: a `bertkit prepare` "
+           "folder")
     a("--dev", type=existing_file, help="dev file (embedding: STS-B pairs; mlm: none, the data's val split)")
     a("--out", required=True, help="output folder: model/, results.json, distill.json, predictions, plots")
     add_overwrite(parser, "distillation result")
@@ -87,10 +98,48 @@ def add_arguments(parser) -> None:
     a("--no-progress", action="store_true", help="no progress bar (log lines only)")
     add_report_to(parser, "OUT/tensorboard/seedN")
     add_option_flags(parser, Hyper, RUN_FLAGS)
+    add_static_flags(parser)
+
+
+def add_static_flags(parser) -> None:
+    from bertkit.distill.static import STATIC_FLAGS, StaticOptions
+
+    group = parser.add_argument_group("--to static")
+    add_option_flags(group, StaticOptions, STATIC_FLAGS, types={"counts": existing_path, "corpus": existing_path})
+
+
+def check_static(args) -> None:
+    """--to static: none of the student's flags; --to student: none of the static model's."""
+    import dataclasses
+
+    from bertkit.cli.args import check_output_dir
+    from bertkit.distill.static import STATIC_FLAGS, StaticOptions
+    from bertkit.pretrain.options import field_flag
+
+    if args.to == "static":
+        given = [name for name in STUDENT_ONLY if getattr(args, name) is not None]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} is a student's flag: --to static takes --teacher, "
+                            "--out and the --to static flags")
+        if args.resume:
+            raise UserError("--to static takes seconds to minutes and has no --resume: run it again")
+        check_output_dir(args.out, "--out", args.overwrite, STATIC_MARKERS, "static model")
+        return
+    for f in dataclasses.fields(StaticOptions):
+        if f.name in STATIC_FLAGS and getattr(args, f.name) != f.metadata.get("flag_default", f.default):
+            raise UserError(f"{field_flag(f)} applies to --to static")
+    for name, flag in (("task", "--task"), ("train", "--train")):
+        if getattr(args, name) is None:
+            raise UserError(f"{flag} is required (unless --to static)")
+    if args.student is None and args.student_preset is None:
+        raise UserError("one of --student-preset or --student is required (unless --to static)")
 
 
 def check(args) -> None:
     """What needs several flags or the file system; every single flag was checked when parsed."""
+    check_static(args)
+    if args.to == "static":
+        return
     if args.task != "embedding":
         if len(args.train) != 1:
             raise UserError(f"--task {args.task} trains on one {'folder' if args.task == 'mlm' else 'file'}: "
@@ -133,9 +182,27 @@ def job_from_args(args):
         eval_batch_size=args.eval_batch_size, progress=not args.no_progress, report_to=args.report_to)
 
 
+def run_static(args) -> int:
+    from bertkit.devices import resolve_device
+    from bertkit.distill.static import STATIC_FLAGS, StaticJob, StaticOptions, distill_static
+
+    options = StaticOptions(**{name: getattr(args, name) for name in STATIC_FLAGS}, seed=args.seed)
+    device = resolve_device(args.device)
+    job = StaticJob(args.teacher, args.out, options, device)
+    record = distill_static(job, log=lambda line: print(line, flush=True))
+    seconds = record["seconds"]
+    print(f"done in {seconds['total_s']:.1f}s: {record['vocab_size']:,} x {record['dim']} static vectors"
+          + (f", refined on {record['refine_sentences']:,} sentences" if "refine_sentences" in record else "")
+          + f"; saved to {args.out} (SentenceTransformer({str(args.out)!r}) loads it)")
+    return 0
+
+
 def run(args) -> int:
     from bertkit.distill.run import run_distill
     from bertkit.train.stop import Stopped
+
+    if args.to == "static":
+        return run_static(args)
 
     try:  # the run's arguments, as its model card and results record them: --resume is how, not what
         results = run_distill(job_from_args(args), log=lambda line: print(line, flush=True),

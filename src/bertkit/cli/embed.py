@@ -29,9 +29,9 @@ from bertkit.cli.args import (
     check_precision,
     comma_ints,
     device_name,
+    encoder_dir,
     int_between,
     long_policy,
-    model_dir,
     positive_int,
 )
 from bertkit.cli.embed_corpus import add_corpus_arguments, check_corpus, corpus_input, is_corpus, run_corpus
@@ -40,7 +40,8 @@ from bertkit.errors import UserError
 
 def add_arguments(parser) -> None:
     a = parser.add_argument
-    a("--model", required=True, type=model_dir, help="model directory (config.json, weights, vocab.txt); any head")
+    a("--model", required=True, type=encoder_dir,
+      help="model directory (config.json, weights, vocab.txt; any head), or a static model (`distill --to static`)")
     a("--input", required=True, nargs="+", type=corpus_input, metavar="PATH",
       help="a text file (.txt/.gz/.xz), one sentence per line; or a corpus, embedded into shards: files, folders, "
            "glob patterns of text, .jsonl (_id/id, title, text) and .parquet (text; id, title) files")
@@ -68,6 +69,22 @@ def add_arguments(parser) -> None:
     a("--backend", choices=("torch", "onnx"), default="torch",
       help="torch: the model's weights; onnx: a `bertkit export` folder in ONNX Runtime (CPU, last layer only)")
     add_precision(parser)
+    add_vector_options(parser)
+
+
+def add_vector_options(parser, role: str | None = None, dimensions: bool = True) -> None:
+    """--dimensions (Matryoshka, `bertkit.matryoshka`) and sentence-transformers' prompts
+    (`bertkit.prompts`); `role` "query" or "document": the prompt that role takes by default."""
+    a = parser.add_argument
+    if dimensions:
+        a("--dimensions", type=positive_int, default=None, metavar="N",
+          help="keep each vector's first N components, renormalised when the vectors are unit length "
+               "(Matryoshka; default: all)")
+    which = {None: "the model's default_prompt_name, if any", "query": "the model's \"query\" prompt, if any",
+             "document": "the first of the model's \"document\", \"passage\", \"corpus\" prompts"}[role]
+    a("--prompt-name", default=None, metavar="NAME",
+      help=f"put the model's prompt NAME (config_sentence_transformers.json) before every text (default: {which})")
+    a("--prompt", default=None, metavar="TEXT", help="put TEXT before every text instead (e.g. 'query: ')")
 
 
 def check(args) -> None:
@@ -77,6 +94,7 @@ def check(args) -> None:
     check_corpus(args)
     if not is_corpus(args):
         check_output_file(args.out, "--out", args.overwrite)
+    _check_vector_options(args)
     check_backend(args.model, args.backend)
     if args.pooling is None:
         from bertkit.st import declared_pooling, model_normalizes
@@ -91,6 +109,15 @@ def check(args) -> None:
     if args.backend == "onnx" and args.device not in ("auto", "cpu"):
         raise UserError("--backend onnx runs on the CPU: drop --device or use --device cpu")
     check_precision(args.precision, args.int8, args.backend)
+
+
+def _check_vector_options(args) -> None:
+    from bertkit.prompts import resolve_prompt
+
+    asked = [f for f in ("dimensions", "prompt_name", "prompt") if getattr(args, f) is not None]
+    if asked and is_corpus(args):
+        raise UserError(f"--{asked[0].replace('_', '-')} applies to a text file; --shards embeds as the model does")
+    args.prompt = None if is_corpus(args) else resolve_prompt(args.model, args.prompt_name, args.prompt)
 
 
 def _read_sentences(path: Path) -> list[str]:
@@ -116,6 +143,7 @@ def run(args) -> int:
     from bertkit.embed import embed_texts
     from bertkit.export.backend import load_encoder_for
     from bertkit.io import atomic_path
+    from bertkit.prompts import with_prompt
 
     device = resolve_device("cpu" if args.backend == "onnx" else args.device)
     if args.int8 and device.type != "cpu":
@@ -123,7 +151,8 @@ def run(args) -> int:
     precision = inference_precision(args.precision, device, args.int8, args.backend)
     model, tokenizer = load_encoder_for(args.model, args.backend, args.int8)
     report: dict = {}
-    vectors = embed_texts(model, tokenizer, sentences, pooling=args.pooling, layers=args.layers, combine=args.combine,
+    vectors = embed_texts(model, tokenizer, with_prompt(args.prompt, sentences), pooling=args.pooling,
+                          layers=args.layers, combine=args.combine, dimensions=args.dimensions,
                           normalize=args.normalize, batch_size=args.batch_size,
                           max_length=args.max_length or model.config.max_tokens,
                           device=device, report=report, precision=precision, policy=long_policy(args),

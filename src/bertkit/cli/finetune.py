@@ -21,6 +21,7 @@ and the running seed's newest checkpoint there (--save-every), and --resume cont
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -118,6 +119,19 @@ def _add_label_and_best_arguments(parser) -> None:
            "maximise micro-F1)")
 
 
+def _weights(text: str) -> tuple[float, ...]:
+    """Comma-separated positive numbers (--matryoshka-weights 1,1,0.5) as a tuple."""
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,0.5, not {text!r}") from None
+    if not values or not all(0 < v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, not {text!r}")
+    return values
+
+
+_weights.__name__ = "numbers"
+
 def _add_pair_arguments(parser) -> None:
     """The flags of --task embedding (a bi-encoder) and --task rerank (a cross-encoder); which task
     takes which is its `TaskKind.options` (and `losses`) in finetune.registry."""
@@ -139,8 +153,14 @@ def _add_pair_arguments(parser) -> None:
       help="embedding: cached gradients (GradCache), embedding N texts at a time, so --batch-size is not "
            "limited by memory (default: the whole batch at once)")
     a("--matryoshka-dims", type=comma_ints(low=1, unique=True), default=None,
-      help="embedding: also train the first D dimensions of the vectors to work alone, for each D "
-           "(comma-separated; default: full width only)")
+      help="embedding: MatryoshkaLoss, the loss on the first D dimensions (cut and renormalised) for each D, "
+           "summed; list the full width too to train it, e.g. 384,256,128,64 (default: full width only)")
+    a("--matryoshka-weights", type=_weights, default=None,
+      help="embedding: one weight per --matryoshka-dims value, in the same order (default: 1 each)")
+    a("--query-prompt", default=None, metavar="TEXT",
+      help="embedding: put before every anchor (e.g. 'query: '), saved as the model's \"query\" prompt")
+    a("--passage-prompt", default=None, metavar="TEXT",
+      help="embedding: put before every positive and negative (e.g. 'passage: '), saved as its \"passage\" prompt")
     a("--pos-weight", type=pos_weight_arg, default=None, metavar="W|balanced|FILE",
       help="rerank (bce) and multilabel: weight of the positives' terms (e.g. the number of negatives per "
            "positive; default 1); multilabel also per label: balanced (each label's negatives per positive in "

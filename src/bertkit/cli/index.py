@@ -29,23 +29,27 @@ from bertkit.cli.args import (
     check_long_inputs,
     check_resumable_dir,
     device_name,
+    encoder_dir,
     existing_dir,
     existing_file,
     int_at_least,
     int_between,
     long_policy,
-    model_dir,
     nonnegative_int,
     positive_int,
 )
+from bertkit.cli.embed import add_vector_options
 from bertkit.errors import UserError
+from bertkit.search.quantized import QUANTIZATIONS, check_quantize
 
-EMBEDDING_FLAGS = ("model", "input", "pooling", "max_length", "long_inputs", "window_stride", "best_chunk")
+EMBEDDING_FLAGS = ("model", "input", "pooling", "max_length", "long_inputs", "window_stride", "best_chunk",
+                   "dimensions", "prompt_name", "prompt")
 
 
 def add_arguments(parser) -> None:
     a = parser.add_argument
-    a("--model", type=model_dir, default=None, help="bi-encoder model directory (any head is skipped)")
+    a("--model", type=encoder_dir, default=None,
+      help="bi-encoder model directory (any head is skipped), or a static model (`distill --to static`)")
     a("--input", type=existing_file, default=None,
       help="passages: corpus.jsonl (_id/id, title, text) or .txt/.gz/.xz with one passage per line")
     a("--vectors", type=existing_dir, default=None, metavar="DIR",
@@ -56,7 +60,11 @@ def add_arguments(parser) -> None:
            "and searched together (0: one graph)")
     a("--out", required=True, help="index folder to write")
     add_overwrite(parser, "index")
-    a("--dtype", choices=("fp32", "fp16", "int8"), default="fp32", help="how the vectors are stored")
+    a("--dtype", choices=("fp32", "fp16", "int8"), default="fp32",
+      help="how the vectors are stored (with --quantize: the copy kept on disk that rescores the candidates)")
+    a("--quantize", choices=QUANTIZATIONS, default=None,
+      help="also keep calibrated int8 or binary (sign bit) rows, the only ones a search holds in memory: scanned "
+           "exactly (no HNSW graph) for k x --oversample candidates, rescored from the --dtype vectors")
     a("--ann-threshold", type=nonnegative_int, default=50_000,
       help="build an HNSW graph (usearch) from this many passages on; below it search is exact (0: always)")
     a("--pooling", choices=("cls", "mean", "max"), default=None,
@@ -73,13 +81,19 @@ def add_arguments(parser) -> None:
     a("--resume", action="store_true",
       help="continue the stopped build of --out from its last chunk (the same flags; another setting is refused)")
     add_precision(parser)
+    add_vector_options(parser, role="document")
 
 
 def check(args) -> None:
     from bertkit.search.index import describe_partial
 
     _check_source(args)
+    if args.model is not None:
+        from bertkit.prompts import resolve_prompt
+
+        args.prompt = resolve_prompt(args.model, args.prompt_name, args.prompt, role="document")
     check_long_inputs(args)
+    check_quantize(args.quantize, args.best_chunk, args.graph_size)
     check_resumable_dir(args, ("meta.json",), "index", describe_partial)
 
 
@@ -116,9 +130,11 @@ def run(args) -> int:
         return _run_vectors(args)
     device = resolve_device(args.device)
     encoder = Encoder.load(args.model, args.pooling, args.max_length, args.batch_size, device,
-                           precision=resolve_precision(args.precision, device), policy=long_policy(args))
+                           precision=resolve_precision(args.precision, device), policy=long_policy(args),
+                           dimensions=args.dimensions, prompt=args.prompt)
     settings = IndexSettings(dtype=args.dtype, ann_threshold=args.ann_threshold, chunk=args.chunk,
-                             connectivity=args.connectivity, threads=torch.get_num_threads(), chunks=args.best_chunk)
+                             connectivity=args.connectivity, threads=torch.get_num_threads(), chunks=args.best_chunk,
+                             quantize=args.quantize)
     work = partial_dir(args.out)
     if not args.resume:
         shutil.rmtree(work, ignore_errors=True)
@@ -132,7 +148,7 @@ def run(args) -> int:
     publish_dir(work, Path(args.out))
     how = "one vector per chunk" if args.best_chunk else "each passage's chunk vectors averaged by their token counts"
     note_long("index", meta["long_inputs_report"], how)
-    kind = "exact search" if meta["ann"] is None else "an HNSW graph (usearch)"
+    kind = _search_kind(meta, "exact search" if meta["ann"] is None else "an HNSW graph (usearch)")
     chunks = f" in {meta['vectors']:,} chunks" if args.best_chunk else ""
     print(f"indexed {meta['count']:,} passages{chunks} ({meta['dim']}-wide {meta['dtype']} vectors, {meta['pooling']} "
           f"pooling, {kind}) into {args.out} in {meta['build_seconds']:.1f} s")
@@ -147,11 +163,19 @@ def _run_vectors(args) -> int:
     from bertkit.search.index import IndexSettings
 
     settings = IndexSettings(dtype=args.dtype, ann_threshold=args.ann_threshold, connectivity=args.connectivity,
-                             threads=torch.get_num_threads(), graph_size=args.graph_size)
+                             threads=torch.get_num_threads(), graph_size=args.graph_size, quantize=args.quantize)
     with atomic_dir(args.out) as tmp:
         meta = build_from_shards(args.vectors, tmp, settings, progress=not args.no_progress)
     graphs = len(meta["ann"]["files"]) if meta["ann"] else 0
-    kind = "exact search" if not graphs else f"{graphs} HNSW graph{'s' * (graphs > 1)} (usearch)"
+    kind = _search_kind(meta, "exact search" if not graphs else f"{graphs} HNSW graph{'s' * (graphs > 1)} (usearch)")
     print(f"indexed {meta['count']:,} passages from {meta['shards']:,} shards ({meta['dim']}-wide {meta['dtype']} "
           f"vectors, {meta['pooling']} pooling, {kind}) into {args.out} in {meta['build_seconds']:.1f} s")
     return 0
+
+
+def _search_kind(meta: dict, otherwise: str) -> str:
+    """How the index is searched, for the last line."""
+    q = meta.get("quantization")
+    if not q:
+        return otherwise
+    return f"{q['kind']} rows of {q['bytes_per_vector']} bytes scanned, rescored from the {meta['dtype']} vectors"

@@ -22,10 +22,10 @@ from bertkit.cli.args import (
     add_precision,
     check_precision,
     device_name,
+    encoder_dir,
     existing_file,
     int_at_least,
     int_between,
-    model_dir,
     positive_float,
     positive_int,
 )
@@ -42,7 +42,7 @@ def model_entry(text: str) -> tuple[str, str]:
         name, folder = parse_entry(text)
     except UserError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    return name, model_dir(folder)
+    return name, encoder_dir(folder)
 
 
 def index_entry(text: str) -> tuple[str | None, str]:

@@ -182,15 +182,15 @@ def _model_stages(run: Path, plan: DemoPlan, clock: StageClock, machine: Machine
             beside = side.result()
             for note in beside.notes:
                 print(f"  ({note})", flush=True)
-            senses = _senses(run, encoders, beside)
+            senses, static = _senses(run, encoders, beside, model_dir, [t for _, _, t in test[:32]], plan.probe_max_len)
         with clock.stage("labels", later["labels"], "topic accuracy from few labels, frozen features"):
             budgets = _labels(run, encoders, beside, train, test, plan)
     finally:
         side.stop()
     pretraining = {"preset": plan.preset, "objective": plan.objective, "parameters": _parameters(model_dir),
                    "minutes": round(seconds / 60, 2), **pre.pretraining_record(run / "pretrain")}
-    return {"pretraining": pretraining, "fill_mask": fills, "senses": senses, "label_budgets": budgets,
-            "side_seconds": beside.seconds, "choices": dataclasses.asdict(choices)}
+    return {"pretraining": pretraining, "fill_mask": fills, "senses": senses, "static": static,
+            "label_budgets": budgets, "side_seconds": beside.seconds, "choices": dataclasses.asdict(choices)}
 
 
 def _parameters(model_dir: Path) -> int:
@@ -201,16 +201,18 @@ def _parameters(model_dir: Path) -> int:
     return parameter_count(weight_shapes(model_dir))
 
 
-def _senses(run: Path, encoders: dict, beside) -> dict:
+def _senses(run: Path, encoders: dict, beside, model_dir: Path, texts: list[str], max_len: int) -> tuple[dict, dict]:
     from bertkit.demo.figures import plot_senses
     from bertkit.demo.senses import compare_senses, word_vectors
     from bertkit.demo.side import MINILM, WORD2VEC
+    from bertkit.demo.static import NAME, static_line, static_row
 
     vectors = {}
     if WORD2VEC in beside.senses:
         vectors[WORD2VEC] = beside.senses[WORD2VEC]
     for name, (model, tokenizer) in encoders.items():
         vectors[name] = word_vectors(model, tokenizer)
+    vectors[NAME], static = static_row(model_dir, run, encoders[PRETRAINED], texts, max_len)
     if MINILM in beside.senses:
         vectors[MINILM] = beside.senses[MINILM]
     senses = compare_senses(vectors, beside.nearest)
@@ -220,7 +222,8 @@ def _senses(run: Path, encoders: dict, beside) -> dict:
                   f"separation {m['separation']:+.3f}  same-sense neighbours {100 * m['neighbours_same_sense']:.0f}%",
                   flush=True)
     plot_senses(senses, run / "senses.png")
-    return senses
+    print("  " + static_line(static)[2:], flush=True)
+    return senses, static
 
 
 def _labels(run: Path, encoders: dict, beside, train, test, plan: DemoPlan) -> list[dict]:

@@ -95,6 +95,10 @@ def senses_lines(s: dict) -> list[str]:
                                                     f"{100 * m['neighbours_same_sense']:.0f}%"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", *_senses_verdicts(s["senses"])]
+    if s.get("static"):
+        from bertkit.demo.static import static_line
+
+        lines.append(static_line(s["static"]))
     return lines
 
 

@@ -11,7 +11,8 @@ with the model loaded and warmed up. Two conditions: this CPU's own kernels, and
 and MKL held to AVX2 (their environment variables, set for that cell's process); only the torch
 contenders are held, as ONNX Runtime has no such switch. Ray scaling: 2 workers against 1 on
 twice the passages. The index: generated vectors (`corpus_index`) written as shards, indexed by
-`bertkit index --vectors` in graphs of `graph_size`, searched memory-mapped.
+`bertkit index --vectors` in graphs of `graph_size`, searched memory-mapped; and the same vectors
+with `--quantize int8` and `--quantize binary` (no graph: the quantised rows scanned, rescored from fp32).
 
 A cell that needs the machine's two cores (Ray, whose driver and services share them; the index
 build on two threads) takes them alone: cells hold a shared lock on work/cores.lock and those take
@@ -60,6 +61,7 @@ SCALES = {
     "tiny": Scale(40, 1, ("bertkit",), (), 0, 3_000, 1_000, 1_000, 100, 1, 24, 2_000),
 }
 INDEX = {"dtype": "fp16", "connectivity": 16, "k": 10}
+QUANTIZED = ("int8", "binary")  # `index --quantize` of the same vectors, no graph, rescored from fp32 rows
 
 
 def _embed_cell(cid: str, kind: str, contender: str, isa: str, n: int, rep: int, workers: int, needs) -> Cell:
@@ -95,6 +97,12 @@ def plan(scale: str, env: dict) -> list[Cell]:
                    ("index/vectors",), keeps=True, units=idx.build_units(s.vectors)),
               Cell("index/search", "index-search", (("queries", s.queries), ("k", INDEX["k"])), ("index/build",),
                    units=idx.search_units(s.queries, s.vectors))]
+    for kind in QUANTIZED:  # rates: writing the vectors (per vector) and the exact scan of the search cell
+        cells += [Cell(f"index/build-{kind}", "index-quantize", (("quantize", kind), ("dtype", "fp32"), ("threads", 1)),
+                       ("index/vectors",), keeps=True, rate="index-vectors", units=float(s.vectors)),
+                  Cell(f"index/search-{kind}", "index-search-quantized",
+                       (("queries", s.queries), ("k", INDEX["k"]), ("build", f"index/build-{kind}")),
+                       (f"index/build-{kind}",), rate="index-search", units=idx.search_units(s.queries, s.vectors))]
     peers = [(c, isa) for c, isa in throughput if CONTENDERS[c].venv == "peers"]
     if peers:
         cells.append(Cell("peers/export", "export", (("model", model), ("max_length", EMBED["max_length"])),
@@ -242,7 +250,7 @@ def run_index_build(cell: Cell, ctx: Context) -> dict:
 def run_index_search(cell: Cell, ctx: Context) -> dict:
     p, folder = cell.params_json(), ctx.path(cell.id)
     folder.mkdir(parents=True, exist_ok=True)
-    index = ctx.path("index/build") / "index"
+    index = ctx.path(p.get("build", "index/build")) / "index"
     argv = idx.search_argv(index, ctx.path("index/vectors") / "queries.npy", p["k"], folder / "result.json")
     with cores(ctx, cell.id, False) as beside:
         out = emb.run_measured(argv, emb.child_env("native", 1), folder / "result.json", ctx.log_file(cell.id))
@@ -250,12 +258,13 @@ def run_index_search(cell: Cell, ctx: Context) -> dict:
     dim = int(np.load(ctx.path("index/vectors") / "queries.npy", mmap_mode="r").shape[1])
     return {**out, "vectors": sizes["vectors"], "vector_bytes_fp32": sizes["vectors"] * dim * 4,
             "vector_file_bytes": sizes["vector_file_bytes"], "graph_bytes": sizes["graph_bytes"],
-            **_conditions("native", beside)}
+            "quantized_bytes": sizes["quantized_bytes"], **_conditions("native", beside)}
 
 
 EXECUTORS = {"inputs": run_inputs, "reference": run_reference, "export": run_export, "throughput": run_embedding,
              "scaling": run_embedding, "index-vectors": run_index_vectors, "index-build": run_index_build,
-             "index-search": run_index_search}
+             "index-search": run_index_search, "index-quantize": run_index_build,
+             "index-search-quantized": run_index_search}
 
 
 def execute(cell: Cell, ctx: Context) -> dict:

@@ -118,6 +118,10 @@ def load_encoder_for(folder: str | os.PathLike, backend: str = "torch", int8: bo
     check_backend(folder, backend)
     if backend == "onnx":
         return OnnxModel.load(folder, int8), Tokenizer.from_pretrained(folder)
+    from bertkit.static import is_static, load_static
+
+    if is_static(folder):  # a table, not layers: nothing to quantize
+        return load_static(folder)
     from bertkit.quantize import maybe_int8
 
     model, tokenizer = load_encoder(folder)

@@ -8,8 +8,9 @@
 - `cosent_loss`: CoSENT (Su, 2022) on scored pairs: log(1 + sum over pairs (i, j) with
   score_i > score_j of exp(scale * (cos_j - cos_i))), which only asks the cosines to be in the
   gold order;
-- `matryoshka`: a loss summed over the full width and each shorter prefix of the vectors
-  (Kusupati et al., 2022), so truncated vectors still work;
+- `matryoshka`: sentence-transformers' MatryoshkaLoss (Kusupati et al., 2022): the loss of each
+  listed prefix width of the vectors, cut and made unit length again, times its weight, summed; the
+  full width counts only when listed, as there. Truncated vectors then still work;
 - `CachedEmbeddings` (Gao et al., 2021, "GradCache"): embed a batch a chunk at a time without
   building the graph, compute the loss on those vectors, and when the loss's gradient reaches
   them re-embed each chunk with the graph (same dropout: its RNG state is replayed) and push
@@ -52,13 +53,27 @@ def cosent_loss(a: Tensor, b: Tensor, scores: Tensor, scale: float) -> Tensor:
     return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)
 
 
-def matryoshka(loss: Callable[[Tensor], Tensor], vectors: Tensor, dims: Sequence[int]) -> Tensor:
-    """loss(vectors) plus loss(vectors[:, :d]) for each d in dims below the full width."""
-    total = loss(vectors)
-    for d in sorted(set(dims), reverse=True):
-        if d < vectors.shape[-1]:
-            total = total + loss(vectors[:, :d])
+def matryoshka(loss: Callable[[Tensor], Tensor], vectors: Tensor, dims: Sequence[int],
+               weights: Sequence[float] | None = None) -> Tensor:
+    """sum of weight_d * loss(unit(vectors[:, :d])) over `dims` (weights 1 when None); no dims:
+    loss(vectors). The widest first, as sentence-transformers sums them."""
+    if not dims:
+        return loss(vectors)
+    weights = [1.0] * len(dims) if weights is None else list(weights)
+    if len(weights) != len(dims):
+        raise ValueError(f"{len(weights)} Matryoshka weights for {len(dims)} dims")
+    total = vectors.new_zeros(())
+    for d, w in sorted(zip(dims, weights), key=lambda dw: -dw[0]):
+        total = total + w * loss(truncate(vectors, d))
     return total
+
+
+def truncate(vectors: Tensor, d: int) -> Tensor:
+    """(N, C) -> (N, d): the first d components at unit length (fp32 for the norm, as
+    sentence-transformers' `shrink`)."""
+    if not 1 <= d <= vectors.shape[-1]:
+        raise ValueError(f"a Matryoshka width {d} outside 1..{vectors.shape[-1]}")
+    return F.normalize(vectors[..., :d].float(), p=2, dim=-1).to(vectors.dtype)
 
 
 def _rng_state(device: torch.device):

@@ -55,11 +55,18 @@ class EmbeddingTask(TaskBase):
 
     def __init__(self, tokenizer, max_seq_len: int, pooling: str = "mean", loss: str | None = None,
                  temperature: float | None = None, symmetric: bool = False, grad_cache: int | None = None,
-                 matryoshka_dims: tuple[int, ...] | list[int] = (), normalize: bool = False):
+                 matryoshka_dims: tuple[int, ...] | list[int] = (), normalize: bool = False,
+                 matryoshka_weights: tuple[float, ...] | list[float] = (), query_prompt: str = "",
+                 passage_prompt: str = ""):
         self.tokenizer, self.max_seq_len, self.pooling, self.loss_name = tokenizer, max_seq_len, pooling, loss
         self.temperature = temperature or DEFAULT_TEMPERATURE
         self.symmetric, self.grad_cache, self.normalize = symmetric, grad_cache, normalize
         self.matryoshka_dims = tuple(matryoshka_dims or ())
+        self.matryoshka_weights = tuple(matryoshka_weights or ())
+        if self.matryoshka_weights and len(self.matryoshka_weights) != len(self.matryoshka_dims):
+            raise UserError(f"--matryoshka-weights names {len(self.matryoshka_weights)} weights for "
+                            f"{len(self.matryoshka_dims)} --matryoshka-dims")
+        self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
         self.main_metric = "ndcg@10"
 
     @classmethod
@@ -67,7 +74,9 @@ class EmbeddingTask(TaskBase):
         """Its own settings (`TaskKind.options`); one not given (None) takes the default above."""
         return cls(tokenizer, settings.get("max_seq_len") or 128, settings.get("pooling") or "mean",
                    settings.get("loss"), settings.get("temperature"), bool(settings.get("symmetric")),
-                   settings.get("grad_cache"), settings.get("matryoshka_dims") or (), bool(settings.get("normalize")))
+                   settings.get("grad_cache"), settings.get("matryoshka_dims") or (), bool(settings.get("normalize")),
+                   settings.get("matryoshka_weights") or (), settings.get("query_prompt") or "",
+                   settings.get("passage_prompt") or "")
 
     def read(self, path) -> list:
         from bertkit.data.pairs import read_pair_rows
@@ -88,7 +97,8 @@ class EmbeddingTask(TaskBase):
         if not rows:
             raise UserError("no rows to encode")
         index: dict[str, int] = {}
-        keys = [tuple(index.setdefault(t, len(index)) for t in r.texts) for r in rows]
+        prompted = [(self.query_prompt + r.texts[0], *(self.passage_prompt + t for t in r.texts[1:])) for r in rows]
+        keys = [tuple(index.setdefault(t, len(index)) for t in texts) for texts in prompted]
         texts = list(index)
         encs = self.tokenizer.encode_batch(texts, max_length=self.max_seq_len)
         features = [{"keys": k, "ids": tuple(encs[i].ids for i in k), "score": r.score} for k, r in zip(keys, rows)]
@@ -135,13 +145,19 @@ class EmbeddingTask(TaskBase):
             raise UserError(f"--matryoshka-dims {too_wide[0]} exceeds the model's width {model.config.hidden_size}")
         return model
 
+    @property
+    def prompts(self) -> dict[str, str]:
+        """What config_sentence_transformers.json saves: the prompts trained with, by role."""
+        return {name: p for name, p in (("query", self.query_prompt), ("passage", self.passage_prompt)) if p}
+
     load_model = new_model
 
     def save_model(self, model: nn.Module, out: Path, tokenizer) -> None:
         from bertkit.st import write_sentence_transformers_files
 
         model.save_pretrained(out, tokenizer)
-        write_sentence_transformers_files(out, self.pooling, self.max_seq_len, model.config.hidden_size, self.normalize)
+        write_sentence_transformers_files(out, self.pooling, self.max_seq_len, model.config.hidden_size, self.normalize,
+                                          self.prompts, self.matryoshka_dims)
 
     def encode(self, model: nn.Module, inputs: dict[str, Tensor]) -> Tensor:
         """(U, C) pooled vectors of the batch's texts, embedded in groups of similar length
@@ -179,7 +195,7 @@ class EmbeddingTask(TaskBase):
                 return cosent_loss(v[t["anchor"]], v[t["positive"]], t["score"], scale)
             return in_batch_loss(v[t["anchor"]], v[torch.cat([t["positive"], t["negative"]])], scale, self.symmetric)
 
-        return matryoshka(one, vectors, self.matryoshka_dims)
+        return matryoshka(one, vectors, self.matryoshka_dims, self.matryoshka_weights or None)
 
     def predict(self, model: nn.Module, data: Prepared, rt: Runtime):
         """Scored rows: each pair's cosine; otherwise {query key: its 100 best corpus keys}."""
@@ -224,4 +240,6 @@ class EmbeddingTask(TaskBase):
     def settings(self) -> dict:
         return {"task": self.name, "max_seq_len": self.max_seq_len, "pooling": self.pooling, "loss": self.loss_name,
                 "temperature": self.temperature, "symmetric": self.symmetric, "grad_cache": self.grad_cache,
-                "matryoshka_dims": list(self.matryoshka_dims), "normalize": self.normalize}
+                "matryoshka_dims": list(self.matryoshka_dims), "normalize": self.normalize,
+                "matryoshka_weights": list(self.matryoshka_weights), "query_prompt": self.query_prompt,
+                "passage_prompt": self.passage_prompt}

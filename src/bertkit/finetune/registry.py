@@ -51,7 +51,8 @@ TASKS: dict[str, TaskKind] = {
     "ner": TaskKind("bertkit.finetune.ner:TokenTask", ("long_inputs", "window_stride", "class_weights"),
                     feature_based="bertkit.finetune.feature_ner:FeatureTaggerTask"),
     "embedding": TaskKind("bertkit.finetune.embedding:EmbeddingTask",
-                          ("pooling", "normalize", "loss", "temperature", "symmetric", "grad_cache", "matryoshka_dims"),
+                          ("pooling", "normalize", "loss", "temperature", "symmetric", "grad_cache", "matryoshka_dims",
+                           "matryoshka_weights", "query_prompt", "passage_prompt"),
                           losses=("contrastive", "cosent")),
     "rerank": TaskKind("bertkit.finetune.rerank:RerankTask", ("loss", "pos_weight"), losses=("bce", "listwise")),
 }

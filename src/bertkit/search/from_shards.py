@@ -11,7 +11,8 @@ vectors, the same ids, the same top 10.
 A corpus past one machine's memory needs a graph past it too: with `graph_size`, the vectors are
 cut into several HNSW graphs of that many vectors (`ann-000.usearch`, ...), each built, saved and
 dropped in turn, so building holds one graph at a time; a query searches every graph (memory-mapped)
-and the union of their candidates is rescored exactly (`SearchIndex`).
+and the union of their candidates is rescored exactly (`SearchIndex`). With `quantize`, no graph:
+the stored vectors are quantised once all are written (`search.quantized`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bertkit.errors import UserError
 from bertkit.io import write_json
 from bertkit.search.index import ANN_FILE, FORMAT, META, IndexSettings, _new_graph
 from bertkit.search.passages import write_store
+from bertkit.search.quantized import check_quantize, write_quantized
 from bertkit.search.vectors import DTYPES, VectorWriter
 
 
@@ -99,12 +101,13 @@ def build_from_shards(vectors: str | os.PathLike, out: str | os.PathLike, settin
     settings = settings or IndexSettings()
     if settings.dtype not in DTYPES:
         raise UserError(f"vector storage must be one of {', '.join(DTYPES)}, not {settings.dtype!r}")
+    check_quantize(settings.quantize, graph_size=settings.graph_size)
     folder, out, start = Path(vectors), Path(out), time.perf_counter()
     manifest = read_manifest(folder)
     check_shards(manifest, folder)
     rows, dim, fmt = manifest["count"], manifest["dim"], manifest["shard_format"]
     writer = VectorWriter(out, rows, dim, settings.dtype)
-    graphs = _Graphs(out, rows, dim, settings) if rows >= settings.ann_threshold else None
+    graphs = _Graphs(out, rows, dim, settings) if rows >= settings.ann_threshold and not settings.quantize else None
     texts = _corpus_texts(manifest)
 
     def passages():
@@ -131,12 +134,13 @@ def build_from_shards(vectors: str | os.PathLike, out: str | os.PathLike, settin
     writer.close()
     if graphs is not None:
         graphs.save()
+    quantization = write_quantized(out, settings.quantize) if settings.quantize else None
     s = manifest["settings"]
     meta = {"format": FORMAT, "version": 1, "model": s["model"], "pooling": s["pooling"], "precision": s["precision"],
             "normalized": True, "max_length": s["max_length"], "count": count, "vectors": count, "chunks": False,
             "dim": dim, "dtype": settings.dtype, "long_inputs": s["long_inputs"], "window_stride": s["window_stride"],
             "backend": s["backend"], "int8": s["int8"], "cut": None, "long_inputs_report": None,
-            "source": str(folder.resolve()), "shards": len(manifest["shards"]),
+            "source": str(folder.resolve()), "shards": len(manifest["shards"]), "quantization": quantization,
             "ann": None if graphs is None else {"library": "usearch", "file": graphs.files[0], "files": graphs.files,
                                                 **asdict(settings)},
             "build_seconds": round(time.perf_counter() - start, 3)}

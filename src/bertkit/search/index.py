@@ -10,7 +10,9 @@ graph, so memory holds one chunk of text plus the vectors' own size, not the cor
 Below the threshold a query is scored against every vector (exact; fast at that size). Above it
 the graph proposes `max(2k, 32)` candidates, which are rescored exactly against the stored
 vectors, so every reported score is the same inner product exact search reports; equal scores
-keep index order.
+keep index order. With `quantize` (int8 or binary) no graph is built: `quantized.npy`, the
+quantised rows, is scanned exactly for k x oversample candidates, rescored from `vectors.npy`
+(`search.quantized`).
 
 A passage longer than the model's tokens is cut, or read in windows (`bertkit.long_inputs`):
 pooled into one vector, or with `chunks` kept as one vector per window, `owners.npy` naming each
@@ -37,6 +39,7 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.io import WriteError, read_json, write_json
 from bertkit.search.passages import PassageStore, read_passages, write_store
+from bertkit.search.quantized import OVERSAMPLE, QuantizedRows, check_quantize, row_bytes, write_quantized
 from bertkit.search.vectors import DTYPES, SCAN_ROWS, Vectors, VectorWriter, open_rows
 
 META = "meta.json"
@@ -60,6 +63,7 @@ class IndexSettings:
     threads: int = 1  # usearch threads while building
     chunks: bool = False  # one vector per window of a long passage (the encoder's policy must be windows)
     graph_size: int = 0  # vectors per HNSW graph, several graphs searched and merged (0: one); index --vectors
+    quantize: str | None = None  # int8 or binary rows scanned first, rescored from the stored vectors (no graph)
 
 
 def _new_graph(dim: int, settings: IndexSettings):
@@ -78,14 +82,15 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
         raise UserError(f"vector storage must be one of {', '.join(DTYPES)}, not {settings.dtype!r}")
     if settings.chunks and not encoder.policy.windows:
         raise UserError("chunks need the windows policy (--long-inputs windows)")
+    check_quantize(settings.quantize, settings.chunks)
     out, start = Path(out), time.perf_counter()
-    dim = encoder.model.config.hidden_size
+    dim = encoder.width  # the model's, or its --dimensions
     state = _resumed(out, docs, encoder, settings) if resume else None
     if state is None:
         state = _start(out, docs, encoder, settings)
     rows = state["rows"]
     writer = VectorWriter(out, rows, dim, settings.dtype, filled=state["filled"])
-    graph = _new_graph(dim, settings) if rows >= settings.ann_threshold else None
+    graph = _new_graph(dim, settings) if rows >= settings.ann_threshold and not settings.quantize else None
     if graph is not None and state["filled"]:  # a continued build: the graph of the vectors written
         graph.add(np.arange(state["filled"]), Vectors(out).rows(0, state["filled"]), threads=settings.threads)
     owners = open_rows(out / OWNERS, np.int64, (rows,), state["filled"]) if settings.chunks else None
@@ -93,6 +98,7 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
     report = _embed_store(store, encoder, settings, _Build(out, state, writer, graph, owners), progress)
     writer.close()
     store.close()
+    quantization = write_quantized(out, settings.quantize) if settings.quantize else None
     if owners is not None:
         owners.flush()
     if graph is not None:
@@ -103,6 +109,7 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
             "dim": dim, "dtype": settings.dtype, "cut": 0 if encoder.policy.windows else report.long,
             "long_inputs": encoder.policy.name, "window_stride": encoder.policy.stride,
             "long_inputs_report": report.as_dict(), "source": str(docs),
+            "dimensions": encoder.dimensions, "prompt": encoder.prompt, "quantization": quantization,
             "ann": None if graph is None else {"library": "usearch", "file": ANN_FILE, **asdict(settings)},
             "build_seconds": round(state["seconds"] + time.perf_counter() - start, 3)}
     write_json(out / META, meta)
@@ -114,7 +121,7 @@ def _identity(docs, encoder, settings: IndexSettings) -> dict:
     """What a continued build must share with the one it continues."""
     return {"docs": str(Path(docs).resolve()), "model": str(Path(encoder.model_dir).resolve()),
             "pooling": encoder.pooling, "max_length": encoder.max_length, "precision": encoder.precision,
-            "batch_size": encoder.batch_size,
+            "batch_size": encoder.batch_size, "dimensions": encoder.dimensions, "prompt": encoder.prompt,
             "long_inputs": encoder.policy.name, "window_stride": encoder.policy.stride,
             **{k: v for k, v in asdict(settings).items() if k != "threads"}}
 
@@ -131,9 +138,11 @@ def _start(out: Path, docs, encoder, settings: IndexSettings) -> dict:
         store = PassageStore(out)
         rows = sum(int(encoder.count_chunks(texts).sum()) for _, texts in store.batches(settings.chunk))
         store.close()
-    dim, width = encoder.model.config.hidden_size, np.dtype(DTYPES[settings.dtype]).itemsize
+    dim, width = encoder.width, np.dtype(DTYPES[settings.dtype]).itemsize
     needed = rows * (dim * width + 8 * settings.chunks + 4 * (settings.dtype == "int8"))
-    if rows >= settings.ann_threshold:
+    if settings.quantize:
+        needed += rows * row_bytes(settings.quantize, dim)
+    elif rows >= settings.ann_threshold:
         needed += rows * (dim * width + 16 * settings.connectivity)  # the graph: a copy and its edges
     check_free_space(out, needed, f"{rows:,} vectors of {dim} {settings.dtype} ({size_text(needed)} with the graph)")
     state = {"identity": _identity(docs, encoder, settings), "count": count, "rows": rows, "done": 0, "filled": 0,
@@ -255,6 +264,8 @@ class SearchIndex:
         self.vectors = Vectors(self.folder, in_memory)
         self.passages = PassageStore(self.folder)
         self.owners = np.load(self.folder / OWNERS, mmap_mode="r") if self.meta.get("chunks") else None
+        quantization = self.meta.get("quantization")
+        self.quantized = QuantizedRows(self.folder, quantization, self.meta["dim"]) if quantization else None
         self.graphs = []
         if self.meta.get("ann"):
             from usearch.index import Index
@@ -268,9 +279,14 @@ class SearchIndex:
     def __len__(self) -> int:
         return len(self.passages)
 
-    def search(self, queries: np.ndarray, k: int, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(positions (Q, k'), scores (Q, k')) of the best k passages per unit query vector, k' = min(k, N)."""
+    def search(self, queries: np.ndarray, k: int, exact: bool = False, oversample: int = OVERSAMPLE,
+               rescore: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(positions (Q, k'), scores (Q, k')) of the best k passages per unit query vector, k' = min(k, N).
+        A quantised index scans its quantised rows for k * `oversample` candidates and rescores them
+        (`rescore`); `exact` scores every stored vector instead, whatever the index holds."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if self.quantized is not None and not exact:
+            return self.quantized.search(queries, k, self.vectors, oversample, rescore)
         if self.owners is not None:
             return self._best_chunks(queries, k, exact)
         if self.graph is None or exact:

@@ -86,6 +86,11 @@ class TorchBackend:
         from bertkit.model import BertModel, set_unpadding
         from bertkit.quantize import maybe_int8
 
+        if spec.config.model_type == "static":  # a table (bertkit.static): its rows are the "hidden states"
+            from bertkit.static import load_static
+
+            model = load_static(spec.path)[0].to(self.device)
+            return model, model
         if spec.kind == "encoder":
             model = BertModel.from_pretrained(spec.path)
         else:

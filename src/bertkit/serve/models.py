@@ -127,7 +127,21 @@ def describe(name: str, path: str | Path, backend: str = "torch", int8: bool = F
         if int8 and "int8" not in meta.get("files", {}):
             raise UserError("exported without --int8: no int8 graph (export again with --int8)", path)
         return _describe_export(name, Path(path), meta, int8)
+    from bertkit.st import static_module
+
+    if static_module(path) is not None:
+        return _describe_static(name, Path(path), int8)
     return replace(_describe_weights(name, Path(path), int8), precision=precision)
+
+
+def _describe_static(name: str, path: Path, int8: bool) -> ModelSpec:
+    """A static embedding model (`bertkit.static`): an encoder of one layer-free table, mean pooled."""
+    from bertkit.static import load_static
+
+    if int8:
+        raise UserError("a static model is a table of vectors, with no layers to run in int8: drop --int8", path)
+    model, tokenizer = load_static(path)
+    return ModelSpec(name, path, "encoder", model.config, tokenizer, model.config.max_tokens, "mean", [])
 
 
 def _describe_export(name: str, path: Path, meta: dict, int8: bool) -> ModelSpec:

@@ -6,6 +6,8 @@ with unit-length vectors, as OpenAI's API answers:
 
 - `dimensions`: Matryoshka, the first d components renormalised to unit length; more than the
   model has is refused.
+- `prompt_name` (bertkit's, as TEI's /embed): the model's prompt of that name before each input;
+  without it the model's default prompt, if it names one (`routes.prompted`).
 - `model` echoes the name the request gave (with one model served the field picks nothing).
 - `input` may be token ids, as OpenAI's clients send them (langchain's `OpenAIEmbeddings` by
   default tokenizes with tiktoken and sends ids): `[int]` or `[[int]]`, read as OpenAI's
@@ -29,7 +31,7 @@ from functools import lru_cache
 from bertkit.errors import UserError
 from bertkit.serve.models import ModelSpec
 from bertkit.serve.requests import ApiError, Limits, _kind, check_count, choice, text, texts
-from bertkit.serve.routes import Work, dimensions, encode
+from bertkit.serve.routes import Work, dimensions, encode, prompted
 
 PATHS = ("/v1/embeddings", "/embeddings")
 CL100K_HASH = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"  # OpenAI's published file
@@ -105,7 +107,7 @@ def embeddings(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     name = body.get("model") if isinstance(body.get("model"), str) else spec.name
     from bertkit.serve.windows import pooled
 
-    encoded = encode(spec, body, limits, "/v1/embeddings", inputs, "input")
+    encoded = encode(spec, body, limits, "/v1/embeddings", prompted(spec, body, inputs), "input")
     tokens = sum(len(ids) for ids, _ in encoded.rows)
 
     def finish(out):

@@ -98,9 +98,25 @@ def dimensions(spec: ModelSpec, body: dict, field: str = "dimensions") -> int | 
     return integer(body, field, spec.config.hidden_size, 1, spec.config.hidden_size)
 
 
-def _no_prompts(body: dict) -> None:
-    if body.get("prompt_name") is not None:
-        raise ApiError(422, "prompt_name: this server has no prompts configured", param="prompt_name")
+def prompted(spec: ModelSpec, body: dict, inputs: list[str], role: str | None = None) -> list[str]:
+    """TEI's "prompt_name": the model's prompt of that name (config_sentence_transformers.json)
+    before each input, a 422 for a name it lacks; without one, what sentence-transformers would
+    put there (`bertkit.prompts`: the default prompt name's, or the role's)."""
+    from bertkit.errors import UserError
+    from bertkit.prompts import model_prompts, resolve_prompt, with_prompt
+
+    name = body.get("prompt_name")
+    if name is not None:
+        prompts = model_prompts(spec.path)[0]
+        if not isinstance(name, str) or name not in prompts:
+            have = ", ".join(repr(p) for p in prompts) or "none"
+            raise ApiError(422, f"prompt_name {name!r} is not one of the model's prompts ({have})",
+                           param="prompt_name")
+    try:
+        return with_prompt(resolve_prompt(spec.path, name, role=role), inputs)
+    except UserError:
+        raise ApiError(422, "this model's Pooling leaves prompt tokens out (include_prompt false), which this "
+                            "server does not do", param="prompt_name") from None
 
 
 def embed(spec: ModelSpec, body: dict, limits: Limits) -> Work:
@@ -108,7 +124,7 @@ def embed(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     a long text read in windows is the chunks' vectors averaged by their token counts."""
     inputs, _ = texts(body, "inputs", limits)
     normalize, size = flag(body, "normalize", True), dimensions(spec, body)
-    _no_prompts(body)
+    inputs = prompted(spec, body, inputs)
     encoded = encode(spec, body, limits, "/embed", inputs, "inputs")
     return Work("embed", encoded.rows, lambda out: [v.tolist() for v in pooled(encoded, out, size, normalize)],
                 encoded.headers())
@@ -118,8 +134,7 @@ def embed_all(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     """TEI: {"inputs": str | [str], "truncate": false} -> for each text, every token's last-layer
     vector, [CLS] and [SEP] included: [[[float]]]; in windows, each token's from the window where
     it has the most context (the token vectors late chunking pools)."""
-    inputs, _ = texts(body, "inputs", limits)
-    _no_prompts(body)
+    inputs = prompted(spec, body, texts(body, "inputs", limits)[0])
     encoded = encode(spec, body, limits, "/embed_all", inputs, "inputs")
 
     def finish(out):
@@ -136,7 +151,7 @@ def similarity(spec: ModelSpec, body: dict, limits: Limits) -> Work:
         raise ApiError(422, 'inputs must be an object {"source_sentence": text, "sentences": [text]}', param="inputs")
     source = text(pair.get("source_sentence"), "inputs.source_sentence", limits)
     others, _ = texts(pair, "sentences", limits)
-    encoded = encode(spec, body, limits, "/similarity", [source, *others], "inputs")
+    encoded = encode(spec, body, limits, "/similarity", prompted(spec, body, [source, *others]), "inputs")
 
     def finish(out):
         first, *rest = pooled(encoded, out, None, True)

@@ -45,16 +45,16 @@ OPENAI_ERROR = obj(("error",), error=obj(("message", "type"), message={"type": "
                                          code={"type": "string", "nullable": True}))
 
 EMBED = obj(("inputs",), inputs=TEXTS, normalize=BOOL, truncate=BOOL, dimensions={"type": "integer", "minimum": 1},
-            model=STR, **LONG)
+            prompt_name=STR, model=STR, **LONG)
 EMBED_OUT = arr(VECTOR)
-EMBED_ALL = obj(("inputs",), inputs=TEXTS, truncate=BOOL, model=STR, **LONG)
+EMBED_ALL = obj(("inputs",), inputs=TEXTS, truncate=BOOL, prompt_name=STR, model=STR, **LONG)
 EMBED_ALL_OUT = arr(arr(VECTOR))
 SIMILARITY = obj(("inputs",), inputs=obj(("source_sentence", "sentences"), source_sentence=STR, sentences=arr(STR, 1)),
-                 truncate=BOOL, model=STR, **LONG)
+                 truncate=BOOL, prompt_name=STR, model=STR, **LONG)
 SIMILARITY_OUT = arr(NUM)
 OPENAI = obj(("input",), input=one_of(STR, arr(STR, 1), TOKEN_IDS, arr(TOKEN_IDS, 1)), model={"type": "string"},
              encoding_format={"type": "string", "enum": ["float", "base64"]},
-             dimensions={"type": "integer", "minimum": 1}, user={"type": "string"}, **LONG)
+             dimensions={"type": "integer", "minimum": 1}, prompt_name=STR, user={"type": "string"}, **LONG)
 OPENAI_OUT = obj(("object", "data", "model", "usage"), object={"type": "string", "enum": ["list"]},
                  data=arr(obj(("object", "index", "embedding"), object={"type": "string", "enum": ["embedding"]},
                               index=INT, embedding=one_of(VECTOR, {"type": "string"}))),
@@ -94,7 +94,7 @@ ROOT_OUT = {"anyOf": [EMBED_OUT, SIMILARITY_OUT, RERANK_OUT, PREDICT_OUT, NER_OU
                       arr(arr(PREDICTION)), arr(HF_GUESS), arr(arr(HF_GUESS))]}
 
 SEARCH = obj(("query",), query=TEXTS, top_k={"type": "integer", "minimum": 1, "maximum": 1000}, exact=BOOL,
-             truncate=BOOL, model=STR, **LONG)
+             truncate=BOOL, prompt_name=STR, model=STR, **LONG)
 SEARCH_HITS = obj(("query", "hits"), query={"type": "string"},
                   hits=arr(obj(("rank", "id", "score", "text"), rank=INT, id={"type": "string"}, score=NUM,
                                text={"type": "string"})))

@@ -5,7 +5,8 @@ memory-mapped: vectors and graphs are read from disk as queries need them, so an
 than memory is served too) to the model it was built with. A query is embedded on the batcher like
 /embed's inputs (pooled as the model's files say, unit length), then the index is searched on the
 tokenizing thread: through its HNSW graph(s), candidates rescored exactly, or every vector with
-"exact". Body {"query": text | [text], "top_k": 10, "exact": false}; answer {"query", "hits":
+"exact". A query takes the model's query prompt (or "prompt_name"'s) and the index's width.
+Body {"query": text | [text], "top_k": 10, "exact": false, "prompt_name"}; answer {"query", "hits":
 [{"rank", "id", "score", "text"}]}, or a list of those for a list of queries.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.serve.models import ModelSpec
 from bertkit.serve.requests import Limits, flag, integer, texts
-from bertkit.serve.routes import Work, encode
+from bertkit.serve.routes import Work, encode, prompted
 from bertkit.serve.windows import pooled
 
 MAX_TOP_K = 1000
@@ -28,10 +29,11 @@ def search(spec: ModelSpec, body: dict, limits: Limits) -> Work:
     queries, single = texts(body, "query", limits)
     k = integer(body, "top_k", 10, 1, MAX_TOP_K)
     exact = flag(body, "exact", False)
-    encoded = encode(spec, body, limits, "/search", queries, "query")
+    encoded = encode(spec, body, limits, "/search", prompted(spec, body, queries, role="query"), "query")
+    size = spec.index.meta.get("dimensions")  # an index built with --dimensions: queries cut to its width
 
     def finish(out):
-        vectors = np.stack(pooled(encoded, out, None, True))  # (Q, C) unit rows
+        vectors = np.stack(pooled(encoded, out, size, True))  # (Q, C) unit rows
         positions, scores = spec.index.search(vectors, k, exact=exact)
         found = [{"query": q, "hits": spec.index.hits(positions[i], scores[i])} for i, q in enumerate(queries)]
         return found[0] if single else found
