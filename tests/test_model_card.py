@@ -136,7 +136,7 @@ def test_distilled_students_name_their_teacher(tiny_dir, tmp_path):
                    "--student-layers", "1", "--train", tmp_path / "train.tsv", "--dev", tmp_path / "dev.tsv",
                    "--out", out, "--epochs", "1", "--batch-size", "8", "--no-progress") == 0
     prose = assert_card(out / "model", "text-classification", str(teacher / "model"), saved_dev(out))
-    assert "distillation" in card(out / "model")[0]["tags"] and "\nbertkit distill --teacher" in prose
+    assert "distillation" in card(out / "model")[0]["tags"] and "\nbertkit distill --to student --teacher" in prose
     # an embedding student: any encoder as the teacher, sentences to learn its vectors on, STS-B pairs as dev
     rng = random.Random(0)
     (tmp_path / "corpus.txt").write_text("".join(sentence(rng, i % 2 == 0) + "\n" for i in range(24)))
