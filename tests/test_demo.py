@@ -162,7 +162,8 @@ def test_demo_runs_end_to_end_and_leaves_its_run_folder(tmp_path, capsys):
         got = summary["senses"][word]["models"]
         assert list(got) == [*models[:3], "static (from demo)", models[3]]
         for static in ("Word2Vec", "static (from demo)"):  # one vector per word, whatever its sentence
-            assert got[static]["within"] == pytest.approx(1.0, abs=1e-5) and got[static]["separation"] == pytest.approx(0.0, abs=1e-5)
+            assert got[static]["within"] == pytest.approx(1.0, abs=1e-5)
+            assert got[static]["separation"] == pytest.approx(0.0, abs=1e-5)
         assert got["all-MiniLM-L6-v2"]["separation"] > 0.1  # the real checkpoint separates the senses
         assert got["random init"]["cosine"] != got["pretrained (demo)"]["cosine"]
     rows = summary["label_budgets"]
