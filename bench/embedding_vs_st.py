@@ -64,9 +64,10 @@ def train_bertkit(model: str, train: Path, dev: Path, out: Path, seed: int, r: d
     return time.perf_counter() - start
 
 
-def train_sentence_transformers(model_dir: str, rows, out: Path, seed: int, r: dict = RECIPE) -> float:
+def train_sentence_transformers(model_dir: str, rows, out: Path, seed: int, r: dict = RECIPE, wrap_loss=None) -> float:
     """Seconds SentenceTransformerTrainer takes on (anchor, positive) rows with
-    MultipleNegativesRankingLoss, or on (sentence1, sentence2, score) rows with CoSENTLoss."""
+    MultipleNegativesRankingLoss, or on (sentence1, sentence2, score) rows with CoSENTLoss;
+    `wrap_loss(model, loss)` wraps that loss (bench/matryoshka.py: MatryoshkaLoss)."""
     import math
 
     from datasets import Dataset
@@ -90,9 +91,9 @@ def train_sentence_transformers(model_dir: str, rows, out: Path, seed: int, r: d
         max_grad_norm=r["max_grad_norm"], lr_scheduler_type="linear",
         batch_sampler=BatchSamplers.BATCH_SAMPLER if scored else BatchSamplers.NO_DUPLICATES,
         seed=seed, save_strategy="no", report_to=[], use_cpu=True, logging_steps=10, disable_tqdm=True)
+    loss = (CoSENTLoss if scored else MultipleNegativesRankingLoss)(model, scale=r["scale"])
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
-                                         loss=(CoSENTLoss if scored else MultipleNegativesRankingLoss)(
-                                             model, scale=r["scale"]))
+                                         loss=wrap_loss(model, loss) if wrap_loss else loss)
     trainer.train()
     model.save(str(out / "model"))
     return time.perf_counter() - start

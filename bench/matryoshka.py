@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from embedding_vs_st import RECIPE, SHARED, _pairs, _write_jsonl
+from embedding_vs_st import RECIPE, SHARED, _pairs, _write_jsonl, train_sentence_transformers
 
 OUT = HERE.parent / "docs" / "results" / "embeddings-cost"
 
@@ -48,30 +48,11 @@ def train_bertkit(model: str, train: Path, dev: Path, out: Path, r: dict, dims: 
 
 
 def train_st_matryoshka(model_dir: str, rows, out: Path, r: dict, dims: tuple[int, ...]) -> float:
-    import math
+    """embedding_vs_st's sentence-transformers run, its MultipleNegativesRankingLoss inside MatryoshkaLoss."""
+    from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
 
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-    from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss, MultipleNegativesRankingLoss
-    from sentence_transformers.sentence_transformer.training_args import (
-        BatchSamplers,
-        SentenceTransformerTrainingArguments,
-    )
-
-    start = time.perf_counter()
-    model = SentenceTransformer(model_dir, device="cpu")
-    model.max_seq_length = r["max_seq_len"]
-    data = Dataset.from_dict({"anchor": [a for a, _ in rows], "positive": [p for _, p in rows]})
-    steps = math.ceil(len(rows) / r["batch_size"]) * r["epochs"]
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(out / "trainer"), num_train_epochs=r["epochs"], per_device_train_batch_size=r["batch_size"],
-        learning_rate=r["lr"], warmup_steps=round(r["warmup"] * steps), weight_decay=r["weight_decay"],
-        max_grad_norm=r["max_grad_norm"], lr_scheduler_type="linear", batch_sampler=BatchSamplers.NO_DUPLICATES,
-        seed=1, save_strategy="no", report_to=[], use_cpu=True, logging_steps=10, disable_tqdm=True)
-    loss = MatryoshkaLoss(model, MultipleNegativesRankingLoss(model, scale=r["scale"]), list(dims))
-    SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss).train()
-    model.save(str(out / "model"))
-    return time.perf_counter() - start
+    return train_sentence_transformers(model_dir, rows, out, 1, r,
+                                       wrap_loss=lambda model, loss: MatryoshkaLoss(model, loss, list(dims)))
 
 
 def lscpu() -> tuple[str, str]:

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.search.vectors import SCAN_ROWS, Vectors, merge_top_k, open_rows
+from bertkit.search.vectors import SCAN_ROWS, Vectors, open_rows, scan_top_k
 
 QUANTIZATIONS = ("int8", "binary")
 QUANTIZED = "quantized.npy"
@@ -164,15 +164,7 @@ class QuantizedRows:
 
     def top_k(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact first-stage (positions (Q, k), scores (Q, k)), best first; ties in index order."""
-        k = min(k, len(self))
-        best_pos = np.zeros((len(queries), 0), dtype=np.int64)
-        best_score = np.zeros((len(queries), 0), dtype=np.float32)
-        for start in range(0, len(self), SCAN_ROWS):
-            end = min(start + SCAN_ROWS, len(self))
-            scores = self._scores(queries, start, end)
-            pos = np.broadcast_to(np.arange(start, end), scores.shape)
-            best_pos, best_score = merge_top_k(np.hstack([best_pos, pos]), np.hstack([best_score, scores]), k)
-        return best_pos, best_score
+        return scan_top_k(len(self), len(queries), k, lambda start, end: self._scores(queries, start, end))
 
     def search(self, queries: np.ndarray, k: int, vectors: Vectors, oversample: int = OVERSAMPLE,
                rescore: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -97,20 +97,26 @@ class Vectors:
 
     def top_k(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact (positions (Q, k), scores (Q, k)), best first; equal scores keep index order."""
-        k = min(k, len(self))
-        best_pos = np.zeros((len(queries), 0), dtype=np.int64)
-        best_score = np.zeros((len(queries), 0), dtype=np.float32)
-        for start in range(0, len(self), SCAN_ROWS):
-            scores = queries @ self.rows(start, min(start + SCAN_ROWS, len(self))).T  # (Q, chunk)
-            pos = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-            best_pos, best_score = merge_top_k(np.hstack([best_pos, pos]), np.hstack([best_score, scores]), k)
-        return best_pos, best_score
+        return scan_top_k(len(self), len(queries), k, lambda start, end: queries @ self.rows(start, end).T)
 
     def rescore(self, queries: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(positions, scores) of the best k of each query's candidate positions (Q, C), exact."""
         scores = np.einsum("qd,qcd->qc", queries, self.take(candidates.reshape(-1)).reshape(
             *candidates.shape, -1))
         return merge_top_k(candidates, scores.astype(np.float32), min(k, candidates.shape[1]))
+
+
+def scan_top_k(n: int, n_queries: int, k: int, scores_of) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of n rows for each query, (positions (Q, k), scores (Q, k)) best first, ties in
+    index order: `scores_of(start, end)` scores rows [start, end) (Q, end - start), SCAN_ROWS at a time."""
+    k = min(k, n)
+    best_pos = np.zeros((n_queries, 0), dtype=np.int64)
+    best_score = np.zeros((n_queries, 0), dtype=np.float32)
+    for start in range(0, n, SCAN_ROWS):
+        scores = scores_of(start, min(start + SCAN_ROWS, n))
+        pos = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
+        best_pos, best_score = merge_top_k(np.hstack([best_pos, pos]), np.hstack([best_score, scores]), k)
+    return best_pos, best_score
 
 
 def merge_top_k(positions: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
