@@ -310,16 +310,19 @@ def _index_pair(tiny_dir, passages, tmp_path, **settings):
     return SearchIndex(tmp_path / "corpus"), tmp_path / "shards", queries
 
 
-@pytest.mark.parametrize("graphs", [0, 1, 3])
-def test_an_index_from_shards_returns_the_top_10_of_one_built_from_the_corpus(graphs, tiny_dir, passages, tmp_path):
+@pytest.mark.parametrize("graphs,graph_dtype", [(0, None), (1, None), (3, None), (3, "int8")])
+def test_an_index_from_shards_returns_the_top_10_of_one_built_from_the_corpus(graphs, graph_dtype, tiny_dir, passages,
+                                                                               tmp_path):
     from bertkit.search.index import SearchIndex
 
-    settings = {"ann_threshold": 0 if graphs else 50_000, "graph_size": 100 if graphs == 3 else 0}
+    settings = {"ann_threshold": 0 if graphs else 50_000, "graph_size": 100 if graphs == 3 else 0,
+                "graph_dtype": graph_dtype}
     from_corpus, folder, queries = _index_pair(tiny_dir, passages, tmp_path, **settings)
     want_pos, want_scores = from_corpus.search(queries, 10)
     for in_memory in (False, True):
         index = SearchIndex(folder, in_memory=in_memory)
         assert len(index.graphs) == graphs
+        assert {g.dtype.name for g in index.graphs} <= {"I8" if graph_dtype else "F32"}
         pos, scores = index.search(queries, 10)
         np.testing.assert_array_equal(pos, want_pos)
         np.testing.assert_allclose(scores, want_scores, atol=1e-5)

@@ -229,3 +229,14 @@ def test_bad_quantize_settings_are_user_errors():
         with pytest.raises(UserError, match=message):
             check_quantize(*args)
     check_quantize(None, True, 4)  # no quantisation: nothing to refuse
+
+
+def test_a_graph_dtype_with_quantize_is_refused_by_name(tiny_dir, tmp_path, capsys):
+    from bertkit.cli import main
+
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("a good movie\na bad film\n")
+    assert main(["index", "--model", str(tiny_dir), "--input", str(corpus), "--out", str(tmp_path / "idx"),
+                 "--quantize", "int8", "--graph-dtype", "int8", "--no-progress"]) == 2
+    assert "--graph-dtype applies to an HNSW graph; --quantize builds none" in capsys.readouterr().err
+    assert not (tmp_path / "idx").exists()

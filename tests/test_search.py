@@ -103,6 +103,52 @@ def test_hnsw_graph_finds_what_exact_search_finds(tiny_dir, tmp_path):
     assert np.all(np.diff(scores, axis=1) <= 0)
 
 
+def test_an_int8_graph_proposes_the_candidates_and_the_stored_vectors_score_them(tiny_dir, tmp_path):
+    texts = _passages(400, seed=2)
+    docs = _write_txt(tmp_path / "docs.txt", texts)
+    full = _build(tmp_path, tiny_dir, docs, "fp32", ann_threshold=0, chunk=128)
+    small = _build(tmp_path, tiny_dir, docs, "int8", ann_threshold=0, chunk=128, dtype="fp32", graph_dtype="int8")
+    assert full.graph.dtype.name == "F32" and small.graph.dtype.name == "I8"
+    assert small.meta["ann"]["graph_dtype"] == "int8" and small.meta["dtype"] == "fp32"
+    saved = (full.folder / "ann.usearch").stat().st_size - (small.folder / "ann.usearch").stat().st_size
+    assert saved >= 400 * small.meta["dim"] * 3  # a byte per component instead of four
+    _, _, q = _brute_force(tiny_dir, texts, ["good movie", "bad actor", "x y z", "the scene"], 1)
+    pos, scores = small.search(q, 10)
+    exact_pos, _ = small.search(q, 10, exact=True)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(pos, exact_pos)]) >= 0.9
+    np.testing.assert_allclose(scores, np.take_along_axis(q @ small.vectors.rows(0, 400).T, pos, axis=1), atol=1e-6)
+
+
+def _rss_file_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    pytest.skip("no RssFile in /proc/self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads Linux's /proc/self/status")
+@pytest.mark.parametrize("dtype", [np.float16, np.int8])
+def test_rescored_rows_are_read_from_the_file_so_the_mapping_stays_unresident(tmp_path, dtype):
+    from bertkit.search.vectors import Vectors
+
+    rows = np.random.default_rng(0).standard_normal((40_000, 384)).astype(np.float32)
+    np.save(tmp_path / "vectors.npy", (rows * 50).astype(dtype) if dtype == np.int8 else rows.astype(dtype))
+    if dtype == np.int8:
+        np.save(tmp_path / "scales.npy", np.full(40_000, 0.02, dtype=np.float32))
+    positions = np.random.default_rng(1).integers(40_000, size=(600, 5))
+    mapped, in_memory = Vectors(tmp_path), Vectors(tmp_path, in_memory=True)
+    before = _rss_file_kb()
+    got = mapped.take(positions.reshape(-1))
+    read_kb = _rss_file_kb() - before
+    np.testing.assert_array_equal(got, in_memory.take(positions.reshape(-1)))
+    np.testing.assert_array_equal(mapped.rescore(rows[:600], positions, 3)[1],
+                                  in_memory.rescore(rows[:600], positions, 3)[1])
+    before = _rss_file_kb()
+    np.asarray(mapped.data[np.sort(positions.reshape(-1))])  # the same rows through the mapping: the control
+    assert read_kb < 2_000 < _rss_file_kb() - before, (read_kb, _rss_file_kb() - before)
+    mapped.close()
+
+
 def test_a_chunked_build_stores_the_vectors_of_a_one_chunk_build(tiny_dir, tmp_path):
     docs = _write_txt(tmp_path / "docs.txt", _passages(200, seed=3))
     small = _build(tmp_path, tiny_dir, docs, "small", chunk=64)

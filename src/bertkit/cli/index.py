@@ -62,6 +62,10 @@ def add_arguments(parser) -> None:
     add_overwrite(parser, "index")
     a("--dtype", choices=("fp32", "fp16", "int8"), default="fp32",
       help="how the vectors are stored (with --quantize: the copy kept on disk that rescores the candidates)")
+    a("--graph-dtype", choices=("fp32", "fp16", "int8"), default=None,
+      help="the HNSW graph's own copy of the vectors (default: --dtype); int8 holds it in a quarter of fp32's bytes, "
+           "so a memory-mapped search keeps less resident, and its candidates are still rescored from the --dtype "
+           "vectors")
     a("--quantize", choices=QUANTIZATIONS, default=None,
       help="also keep calibrated int8 or binary (sign bit) rows, the only ones a search holds in memory: scanned "
            "exactly (no HNSW graph) for k x --oversample candidates, rescored from the --dtype vectors")
@@ -94,6 +98,8 @@ def check(args) -> None:
         args.prompt = resolve_prompt(args.model, args.prompt_name, args.prompt, role="document")
     check_long_inputs(args)
     check_quantize(args.quantize, args.best_chunk, args.graph_size)
+    if args.quantize and args.graph_dtype:
+        raise UserError("--graph-dtype applies to an HNSW graph; --quantize builds none")
     check_resumable_dir(args, ("meta.json",), "index", describe_partial)
 
 
@@ -134,7 +140,7 @@ def run(args) -> int:
                            dimensions=args.dimensions, prompt=args.prompt)
     settings = IndexSettings(dtype=args.dtype, ann_threshold=args.ann_threshold, chunk=args.chunk,
                              connectivity=args.connectivity, threads=torch.get_num_threads(), chunks=args.best_chunk,
-                             quantize=args.quantize)
+                             quantize=args.quantize, graph_dtype=args.graph_dtype)
     work = partial_dir(args.out)
     if not args.resume:
         shutil.rmtree(work, ignore_errors=True)
@@ -163,7 +169,8 @@ def _run_vectors(args) -> int:
     from bertkit.search.index import IndexSettings
 
     settings = IndexSettings(dtype=args.dtype, ann_threshold=args.ann_threshold, connectivity=args.connectivity,
-                             threads=torch.get_num_threads(), graph_size=args.graph_size, quantize=args.quantize)
+                             threads=torch.get_num_threads(), graph_size=args.graph_size, quantize=args.quantize,
+                             graph_dtype=args.graph_dtype)
     with atomic_dir(args.out) as tmp:
         meta = build_from_shards(args.vectors, tmp, settings, progress=not args.no_progress)
     graphs = len(meta["ann"]["files"]) if meta["ann"] else 0

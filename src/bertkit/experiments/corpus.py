@@ -11,7 +11,8 @@ with the model loaded and warmed up. Two conditions: this CPU's own kernels, and
 and MKL held to AVX2 (their environment variables, set for that cell's process); only the torch
 contenders are held, as ONNX Runtime has no such switch. Ray scaling: 2 workers against 1 on
 twice the passages. The index: generated vectors (`corpus_index`) written as shards, indexed by
-`bertkit index --vectors` in graphs of `graph_size`, searched memory-mapped; and the same vectors
+`bertkit index --vectors` in graphs of `graph_size` (fp16 vectors, the graphs' own copies int8),
+searched memory-mapped; and the same vectors
 with `--quantize int8` and `--quantize binary` (no graph: the quantised rows scanned, rescored from fp32).
 
 A cell that needs the machine's two cores (Ray, whose driver and services share them; the index
@@ -60,7 +61,7 @@ SCALES = {
                  320, 20_000),
     "tiny": Scale(40, 1, ("bertkit",), (), 0, 3_000, 1_000, 1_000, 100, 1, 24, 2_000),
 }
-INDEX = {"dtype": "fp16", "connectivity": 16, "k": 10}
+INDEX = {"dtype": "fp16", "graph_dtype": "int8", "connectivity": 16, "k": 10}  # the graphs hold int8 copies
 QUANTIZED = ("int8", "binary")  # `index --quantize` of the same vectors, no graph, rescored from fp32 rows
 
 
@@ -93,7 +94,8 @@ def plan(scale: str, env: dict) -> list[Cell]:
     gen = {"count": s.vectors, "shard": s.vector_shard, "queries": s.queries, **asdict(idx.Generator())}
     cells += [Cell("index/vectors", "index-vectors", tuple(gen.items()), keeps=True, units=float(s.vectors)),
               Cell("index/build", "index-build", (("graph_size", s.graph_size), ("threads", s.build_threads),
-                                                  ("dtype", INDEX["dtype"]), ("connectivity", INDEX["connectivity"])),
+                                                  ("dtype", INDEX["dtype"]), ("graph_dtype", INDEX["graph_dtype"]),
+                                                  ("connectivity", INDEX["connectivity"])),
                    ("index/vectors",), keeps=True, units=idx.build_units(s.vectors)),
               Cell("index/search", "index-search", (("queries", s.queries), ("k", INDEX["k"])), ("index/build",),
                    units=idx.search_units(s.queries, s.vectors))]

@@ -100,7 +100,8 @@ def build_argv(shards: Path, out: Path, p: dict, result: Path) -> list[str]:
     """`bertkit index --vectors` as the measured process runs it (p: the cell's params; with "quantize",
     quantised rows and no graph)."""
     how = ["--quantize", p["quantize"]] if "quantize" in p else [
-        "--ann-threshold", "0", "--graph-size", str(p["graph_size"]), "--connectivity", str(p["connectivity"])]
+        "--ann-threshold", "0", "--graph-size", str(p["graph_size"]), "--connectivity", str(p["connectivity"]),
+        "--graph-dtype", p.get("graph_dtype", p["dtype"])]
     return [sys.executable, "-m", "bertkit.experiments.corpus_index", "build", "--result", str(result), "index",
             "--vectors", str(shards), "--out", str(out), "--dtype", p["dtype"], *how, "--threads",
             str(p["threads"]), "--no-progress", "--overwrite"]
@@ -127,7 +128,9 @@ def index_sizes(folder: Path) -> dict:
     meta = read_json(folder / "meta.json", "an index's meta.json")
     files = meta["ann"]["files"] if meta.get("ann") else []
     quantized = meta.get("quantization") or {}
-    return {"graphs": len(files), "vectors": meta["count"], "dtype": meta["dtype"], "quantize": quantized.get("kind"),
+    return {"graphs": len(files), "vectors": meta["count"], "dtype": meta["dtype"],
+            "graph_dtype": (meta.get("ann") or {}).get("graph_dtype") or meta["dtype"],
+            "quantize": quantized.get("kind"),
             "quantized_bytes": quantized["bytes_per_vector"] * meta["count"] if quantized else 0,  # rows, no header
             "build_seconds": meta["build_seconds"], "expansion_search": (meta.get("ann") or {}).get("expansion_search"),
             "vector_file_bytes": (folder / "vectors.npy").stat().st_size,

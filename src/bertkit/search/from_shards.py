@@ -27,10 +27,10 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.io import write_json
-from bertkit.search.index import ANN_FILE, FORMAT, META, IndexSettings, _new_graph
+from bertkit.search.index import ANN_FILE, FORMAT, META, IndexSettings, _new_graph, check_storage
 from bertkit.search.passages import write_store
 from bertkit.search.quantized import check_quantize, write_quantized
-from bertkit.search.vectors import DTYPES, VectorWriter
+from bertkit.search.vectors import VectorWriter
 
 
 def check_shards(manifest: dict, folder: Path) -> None:
@@ -99,8 +99,7 @@ def build_from_shards(vectors: str | os.PathLike, out: str | os.PathLike, settin
     from bertkit.corpus.shards import check_shard, read_manifest, read_shard, specs_of, stem
 
     settings = settings or IndexSettings()
-    if settings.dtype not in DTYPES:
-        raise UserError(f"vector storage must be one of {', '.join(DTYPES)}, not {settings.dtype!r}")
+    check_storage(settings)
     check_quantize(settings.quantize, graph_size=settings.graph_size)
     folder, out, start = Path(vectors), Path(out), time.perf_counter()
     manifest = read_manifest(folder)

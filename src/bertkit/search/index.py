@@ -64,13 +64,19 @@ class IndexSettings:
     chunks: bool = False  # one vector per window of a long passage (the encoder's policy must be windows)
     graph_size: int = 0  # vectors per HNSW graph, several graphs searched and merged (0: one); index --vectors
     quantize: str | None = None  # int8 or binary rows scanned first, rescored from the stored vectors (no graph)
+    graph_dtype: str | None = None  # the graph's own copy of the vectors (None: dtype); its candidates are rescored
+
+    @property
+    def graph_storage(self) -> str:
+        return self.graph_dtype or self.dtype
 
 
 def _new_graph(dim: int, settings: IndexSettings):
     from usearch.index import Index
 
-    metric = "cos" if settings.dtype == "int8" else "ip"  # unit vectors: the same ranking
-    return Index(ndim=dim, metric=metric, dtype=_USEARCH_DTYPE[settings.dtype], connectivity=settings.connectivity,
+    storage = settings.graph_storage
+    metric = "cos" if storage == "int8" else "ip"  # unit vectors: the same ranking
+    return Index(ndim=dim, metric=metric, dtype=_USEARCH_DTYPE[storage], connectivity=settings.connectivity,
                  expansion_add=settings.expansion_add, expansion_search=settings.expansion_search)
 
 
@@ -78,8 +84,7 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
                 progress: bool = True, resume: bool = False) -> dict:
     """Embed every passage of `docs` into the folder `out` (which must exist); returns the meta.
     `resume`: continue the build progress.json in `out` records."""
-    if settings.dtype not in DTYPES:
-        raise UserError(f"vector storage must be one of {', '.join(DTYPES)}, not {settings.dtype!r}")
+    check_storage(settings)
     if settings.chunks and not encoder.policy.windows:
         raise UserError("chunks need the windows policy (--long-inputs windows)")
     check_quantize(settings.quantize, settings.chunks)
@@ -117,6 +122,12 @@ def build_index(docs: str | os.PathLike, out: str | os.PathLike, encoder, settin
     return meta
 
 
+def check_storage(settings: IndexSettings) -> None:
+    for what, dtype in (("vector storage", settings.dtype), ("the graph's vectors", settings.graph_storage)):
+        if dtype not in DTYPES:
+            raise UserError(f"{what} must be one of {', '.join(DTYPES)}, not {dtype!r}")
+
+
 def _identity(docs, encoder, settings: IndexSettings) -> dict:
     """What a continued build must share with the one it continues."""
     return {"docs": str(Path(docs).resolve()), "model": str(Path(encoder.model_dir).resolve()),
@@ -142,8 +153,8 @@ def _start(out: Path, docs, encoder, settings: IndexSettings) -> dict:
     needed = rows * (dim * width + 8 * settings.chunks + 4 * (settings.dtype == "int8"))
     if settings.quantize:
         needed += rows * row_bytes(settings.quantize, dim)
-    elif rows >= settings.ann_threshold:
-        needed += rows * (dim * width + 16 * settings.connectivity)  # the graph: a copy and its edges
+    elif rows >= settings.ann_threshold:  # the graph: its copy and its edges
+        needed += rows * (dim * np.dtype(DTYPES[settings.graph_storage]).itemsize + 16 * settings.connectivity)
     check_free_space(out, needed, f"{rows:,} vectors of {dim} {settings.dtype} ({size_text(needed)} with the graph)")
     state = {"identity": _identity(docs, encoder, settings), "count": count, "rows": rows, "done": 0, "filled": 0,
              "reports": [], "seconds": 0.0}
@@ -344,3 +355,4 @@ class SearchIndex:
 
     def close(self) -> None:
         self.passages.close()
+        self.vectors.close()

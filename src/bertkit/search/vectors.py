@@ -1,11 +1,16 @@
 """An index's vectors on disk: fp32, fp16 or int8 rows in one .npy file, scored exactly.
 
 Vectors are written chunk by chunk into a memory-mapped .npy (`np.lib.format.open_memmap`), so
-building never holds the corpus in memory, and read back memory-mapped with
-`allow_pickle=False`. int8 keeps one float32 scale per row (`scales.npy`): a row is
-round(v / max|v| * 127), so a 384-wide unit vector keeps ~0.4% relative error per component
-where a fixed scale would waste most of the int8 range. Scores are inner products of the
-float32 query with the stored rows (dequantised), which for unit vectors is the cosine.
+building never holds the corpus in memory, and read back memory-mapped with `allow_pickle=False`. A
+memory-mapped index reads the few rows a query rescores with `os.pread`, not through the mapping: a
+page fault maps its neighbours too (the kernel's fault-around), so rescoring through the map would
+make most of the file resident after a few thousand queries, where reads leave it in the page
+cache, shared and reclaimable, outside the process.
+
+int8 keeps one float32 scale per row (`scales.npy`): a row is round(v / max|v| * 127), so a
+384-wide unit vector keeps ~0.4% relative error per component where a fixed scale would waste most
+of the int8 range. Scores are inner products of the float32 query with the stored rows
+(dequantised), which for unit vectors is the cosine.
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ class Vectors:
         self.data = np.load(folder / VECTORS, mmap_mode=mode, allow_pickle=False)
         self.scales = (np.load(folder / SCALES, mmap_mode=mode, allow_pickle=False)
                        if (folder / SCALES).is_file() else None)
+        self._file = None  # the rows rescoring reads, held open as long as the vectors (closed by `close` or the GC)
+        if not in_memory and hasattr(os, "pread"):
+            self._file = open(folder / VECTORS, "rb", buffering=0)  # noqa: SIM115
 
     def __len__(self) -> int:
         return self.data.shape[0]
@@ -88,7 +96,22 @@ class Vectors:
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
-        return self._dequantize(self.data[positions], None if self.scales is None else self.scales[positions])
+        rows = self.data[positions] if self._file is None else self._read(positions)
+        return self._dequantize(rows, None if self.scales is None else self.scales[positions])
+
+    def _read(self, positions: np.ndarray) -> np.ndarray:
+        """The rows at `positions` read from the file, each distinct row once."""
+        wanted, back = np.unique(positions, return_inverse=True)
+        if len(wanted) and (wanted[0] < 0 or wanted[-1] >= len(self)):
+            raise IndexError(f"row {wanted[0] if wanted[0] < 0 else wanted[-1]} of {len(self)} vectors")
+        width = self.data.dtype.itemsize * self.data.shape[1]
+        fd, start = self._file.fileno(), self.data.offset
+        raw = b"".join(os.pread(fd, width, start + int(p) * width) for p in wanted)
+        return np.frombuffer(raw, dtype=self.data.dtype).reshape(len(wanted), -1)[back.reshape(-1)]
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
     @staticmethod
     def _dequantize(rows: np.ndarray, scales: np.ndarray | None) -> np.ndarray:
