@@ -19,7 +19,7 @@ from bertkit.io import read_json
 from conftest import shared_path
 
 TINY_CELLS = {"inputs", "reference", "throughput__native__bertkit__1", "index__vectors", "index__build",
-              "index__search", "index__build-int8", "index__search-int8", "index__build-binary", "index__search-binary"}
+              "index__search", "index__build-fp32", "index__search-fp32", "index__build-int8", "index__search-int8", "index__build-binary", "index__search-binary"}
 
 
 def test_tiny_scale_runs_end_to_end_and_a_rerun_runs_nothing(tmp_path, capsys):
@@ -34,27 +34,30 @@ def test_tiny_scale_runs_end_to_end_and_a_rerun_runs_nothing(tmp_path, capsys):
     assert embedded["min_cosine"] >= 0.999 and embedded["passages_below_0999"] == 0
     assert embedded["passages_per_s_per_core"] > 0 and embedded["cores"] == 1 and embedded["precision"] == "fp32"
     assert embedded["kernels"] == "this CPU's own" and embedded["limits"] == {}
-    built, searched = records["index__build"]["result"], records["index__search"]["result"]
-    assert (built["vectors"], built["graphs"], built["dtype"]) == (3000, 3, "fp16") and built["peak_rss_mb"] > 0
-    assert searched["queries"] == 100 and 0.8 <= searched["recall_at_10"] <= 1.0
-    assert 0 < searched["p50_ms"] <= searched["p99_ms"] and searched["peak_rss_queries_mb"] > 0
+    for name, dtypes in (("", ("fp16", "int8")), ("-fp32", ("fp32", "fp32"))):  # ours, and HNSW as most build it
+        built, searched = records["index__build" + name]["result"], records["index__search" + name]["result"]
+        assert (built["vectors"], built["graphs"], built["dtype"], built["graph_dtype"]) == (3000, 3, *dtypes)
+        assert built["peak_rss_mb"] > 0 and searched["queries"] == 100 and 0.8 <= searched["recall_at_10"] <= 1.0
+        assert 0 < searched["p50_ms"] <= searched["p99_ms"] and searched["peak_rss_queries_mb"] > 0
+    graphs = [records["index__build" + name]["result"]["graph_bytes"] for name in ("", "-fp32")]
+    assert graphs[0] < graphs[1] - 3000 * 384 * 2  # a byte a component against four
     for kind, width in (("int8", 384), ("binary", 48)):  # quantised rows, 4x candidates rescored from fp32
         built, searched = records[f"index__build-{kind}"]["result"], records[f"index__search-{kind}"]["result"]
         assert (built["quantize"], built["graphs"], built["quantized_bytes"]) == (kind, 0, 3000 * width)
         # 3,000 vectors around 1,024 centres: a query's top 10 are mostly other clusters' near-equal
         # neighbours, which sign bits tell apart less well than at 100,000 (0.98 there)
         assert searched["recall_at_10"] >= (0.99 if kind == "int8" else 0.5), (kind, searched["recall_at_10"])
-    assert "| binary | 48 |" in (out / "report.md").read_text(encoding="utf-8")
     report = (out / "report.md").read_text(encoding="utf-8")
-    assert "10 of 10 cells done." in report and "| native | bertkit | " in report and "…" not in report
+    assert "| binary | 48 |" in report and "| fp16 | int8 | 3 |" in report and "| fp32 | fp32 | 3 |" in report
+    assert "12 of 12 cells done." in report and "| native | bertkit | " in report and "…" not in report
     assert "lowest cosine to transformers >= 0.999: **met**" in report and "recall@10" in report
     assert (out / "throughput.png").stat().st_size > 0
     data = read_json(out / "report.json")
-    assert data["cells"] == {"done": 10, "total": 10} and data["throughput"][0]["ratio_to_bertkit"] == 1.0
+    assert data["cells"] == {"done": 12, "total": 12} and data["throughput"][0]["ratio_to_bertkit"] == 1.0
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
     capsys.readouterr()
     assert main(argv) == 0
-    assert "10 done before, 0 to run" in capsys.readouterr().out
+    assert "12 done before, 0 to run" in capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()} == stamps
 
 
@@ -71,6 +74,8 @@ def test_the_default_plan_holds_every_contender_condition_and_the_index():
     assert by_id["scaling/ray-2"].param("workers") == 2 and by_id["scaling/ray-2"].units == 20_000
     assert by_id["scaling/ray-1"].rate_key == by_id["throughput/native/bertkit-ray/1"].rate_key
     assert by_id["index/vectors"].param("count") == 1_000_000 and by_id["index/search"].param("queries") == 1_000
+    assert by_id["index/search-fp32"].needs == ("index/build-fp32",) and by_id["index/search-fp32"].param(
+        "build") == "index/build-fp32" and by_id["index/build"].param("graph_dtype") == "int8"
     first_peer = min(i for i, c in enumerate(cells) if "sentence" in c.id or "fastembed" in c.id)
     assert all(not c.id.startswith(("index/", "scaling/")) for c in cells[first_peer:])  # the peers come last
 

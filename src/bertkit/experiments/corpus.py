@@ -11,8 +11,8 @@ with the model loaded and warmed up. Two conditions: this CPU's own kernels, and
 and MKL held to AVX2 (their environment variables, set for that cell's process); only the torch
 contenders are held, as ONNX Runtime has no such switch. Ray scaling: 2 workers against 1 on
 twice the passages. The index: generated vectors (`corpus_index`) written as shards, indexed by
-`bertkit index --vectors` in graphs of `graph_size` (fp16 vectors, the graphs' own copies int8),
-searched memory-mapped; and the same vectors
+`bertkit index --vectors` in graphs of `graph_size` (fp16 vectors, the graphs' own copies int8;
+and fp32 throughout, the HNSW index most use), searched memory-mapped; and the same vectors
 with `--quantize int8` and `--quantize binary` (no graph: the quantised rows scanned, rescored from fp32).
 
 A cell that needs the machine's two cores (Ray, whose driver and services share them; the index
@@ -61,7 +61,7 @@ SCALES = {
                  320, 20_000),
     "tiny": Scale(40, 1, ("bertkit",), (), 0, 3_000, 1_000, 1_000, 100, 1, 24, 2_000),
 }
-INDEX = {"dtype": "fp16", "graph_dtype": "int8", "connectivity": 16, "k": 10}  # the graphs hold int8 copies
+INDEX = {"connectivity": 16, "k": 10}
 QUANTIZED = ("int8", "binary")  # `index --quantize` of the same vectors, no graph, rescored from fp32 rows
 
 
@@ -92,13 +92,16 @@ def plan(scale: str, env: dict) -> list[Cell]:
         cells += [_embed_cell(f"scaling/ray-{w}", "scaling", "bertkit-ray", "native", s.scaling_passages, 1, w,
                               ("inputs",)) for w in (1, 2)]
     gen = {"count": s.vectors, "shard": s.vector_shard, "queries": s.queries, **asdict(idx.Generator())}
-    cells += [Cell("index/vectors", "index-vectors", tuple(gen.items()), keeps=True, units=float(s.vectors)),
-              Cell("index/build", "index-build", (("graph_size", s.graph_size), ("threads", s.build_threads),
-                                                  ("dtype", INDEX["dtype"]), ("graph_dtype", INDEX["graph_dtype"]),
-                                                  ("connectivity", INDEX["connectivity"])),
-                   ("index/vectors",), keeps=True, units=idx.build_units(s.vectors)),
-              Cell("index/search", "index-search", (("queries", s.queries), ("k", INDEX["k"])), ("index/build",),
-                   units=idx.search_units(s.queries, s.vectors))]
+    cells.append(Cell("index/vectors", "index-vectors", tuple(gen.items()), keeps=True, units=float(s.vectors)))
+    for name, dtype, graph_dtype in idx.HNSW:
+        build = "index/build" + name
+        cells += [Cell(build, "index-build", (("graph_size", s.graph_size), ("threads", s.build_threads),
+                                              ("dtype", dtype), ("graph_dtype", graph_dtype),
+                                              ("connectivity", INDEX["connectivity"])),
+                       ("index/vectors",), keeps=True, rate="index-build", units=idx.build_units(s.vectors)),
+                  Cell("index/search" + name, "index-search",
+                       (("queries", s.queries), ("k", INDEX["k"]), ("build", build)),
+                       (build,), rate="index-search", units=idx.search_units(s.queries, s.vectors))]
     for kind in QUANTIZED:  # rates: writing the vectors (per vector) and the exact scan of the search cell
         cells += [Cell(f"index/build-{kind}", "index-quantize", (("quantize", kind), ("dtype", "fp32"), ("threads", 1)),
                        ("index/vectors",), keeps=True, rate="index-vectors", units=float(s.vectors)),

@@ -28,6 +28,7 @@ import numpy as np
 
 from bertkit.io import write_json
 
+HNSW = (("", "fp16", "int8"), ("-fp32", "fp32", "fp32"))  # (cell suffix, vectors, the graphs' copies): ours, the usual
 EXACT_BATCH = 250  # queries per exact scan: (250, 65536) float32 scores at a time
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from bertkit.experiments.core import Cell, Context, Report
+from bertkit.experiments.corpus_index import HNSW
 
 GOAL_COSINE, GOAL_RAY = 0.999, 1.8
 MISSING = "…"  # a cell not run yet
@@ -71,6 +72,9 @@ def scaling(cells: list[Cell], records: dict) -> dict:
 def index(records: dict) -> dict:
     made, built, searched = (records.get(k, {}).get("result") for k in ("index/vectors", "index/build", "index/search"))
     out = {"vectors": made, "build": built, "search": searched,
+           "hnsw": [{"build": records.get("index/build" + name, {}).get("result"),
+                     "search": records.get("index/search" + name, {}).get("result"), "dtypes": (dtype, graph_dtype)}
+                    for name, dtype, graph_dtype in HNSW],
            "quantized": {kind: {"build": records.get(f"index/build-{kind}", {}).get("result"),
                                 "search": records.get(f"index/search-{kind}", {}).get("result")}
                          for kind in ("int8", "binary")}}
@@ -139,7 +143,7 @@ def _scaling_md(ray: dict) -> list[str]:
 
 
 def _index_md(ix: dict) -> list[str]:
-    made, built, s = ix["vectors"] or {}, ix["build"] or {}, ix["search"] or {}
+    made = ix["vectors"] or {}
     how = made.get("generator", {}).get("how", MISSING)
     mb = 2**20
     lines = ["", f"## Index: {_num(made.get('vectors'), ',')} vectors from shards", "",
@@ -150,14 +154,15 @@ def _index_md(ix: dict) -> list[str]:
              "file, not mapped, so they stay in the page cache, outside it.", "",
              "| vectors | graphs' copies | graphs | build s | build peak RSS (MB) | on disk (MB) | recall@10 | p50 ms "
              "| p99 ms | search peak RSS (MB) | of it file-backed (MB) | half the float32 vectors (MB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|",
-             f"| {built.get('dtype', MISSING)} | {built.get('graph_dtype', built.get('dtype', MISSING))} | "
-             f"{built.get('graphs', MISSING)} | {_num(built.get('seconds'))} | "
-             f"{_num(built.get('peak_rss_mb'), ',.0f')} | "
-             f"{_num(built['bytes_on_disk'] / mb if built else None, ',.0f')} | {_num(s.get('recall_at_10'), '.4f')} | "
-             f"{_num(s.get('p50_ms'), '.2f')} | {_num(s.get('p99_ms'), '.2f')} | "
-             f"{_num(s.get('peak_rss_queries_mb'), ',.0f')} | {_num(s.get('rss_file_mb'), ',.0f')} | "
-             f"{_num(ix.get('half_vectors_mb'), ',.0f')} |"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in ix["hnsw"]:
+        built, s = row["build"] or {}, row["search"] or {}
+        lines.append(f"| {row['dtypes'][0]} | {row['dtypes'][1]} | {built.get('graphs', MISSING)} | "
+                     f"{_num(built.get('seconds'))} | {_num(built.get('peak_rss_mb'), ',.0f')} | "
+                     f"{_num(built['bytes_on_disk'] / mb if built else None, ',.0f')} | "
+                     f"{_num(s.get('recall_at_10'), '.4f')} | {_num(s.get('p50_ms'), '.2f')} | "
+                     f"{_num(s.get('p99_ms'), '.2f')} | {_num(s.get('peak_rss_queries_mb'), ',.0f')} | "
+                     f"{_num(s.get('rss_file_mb'), ',.0f')} | {_num(ix.get('half_vectors_mb'), ',.0f')} |")
     return lines + _quantized_md(ix)
 
 
