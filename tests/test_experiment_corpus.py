@@ -19,7 +19,8 @@ from bertkit.io import read_json
 from conftest import shared_path
 
 TINY_CELLS = {"inputs", "reference", "throughput__native__bertkit__1", "index__vectors", "index__build",
-              "index__search", "index__build-fp32", "index__search-fp32", "index__build-int8", "index__search-int8", "index__build-binary", "index__search-binary"}
+              "index__search", "index__build-fp32", "index__search-fp32", "index__build-int8", "index__search-int8",
+              "index__build-binary", "index__search-binary"}
 
 
 def test_tiny_scale_runs_end_to_end_and_a_rerun_runs_nothing(tmp_path, capsys):
