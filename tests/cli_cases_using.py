@@ -110,6 +110,8 @@ USING = [
     Case(f"{IX} --graph-size 4", "--graph-size applies to --vectors"),
     Case(f"{IX} --quantize int4", "argument --quantize: invalid choice: 'int4'"),
     Case(f"{IX} --quantize binary --best-chunk", "--quantize scores one vector per passage; not with --best-chunk"),
+    Case(f"{IX} --graph-dtype int4", "argument --graph-dtype: invalid choice: 'int4'"),
+    Case(f"{IX} --quantize int8 --graph-dtype int8", "--graph-dtype applies to an HNSW graph; --quantize builds none"),
     Case("index --vectors nowhere --out idx", "argument --vectors: nowhere: no such folder"),
     Case("index --vectors d --out idx", "d: not a folder of embedding shards (no manifest.json)", {"d/notes.txt": "x"}),
     Case("index --vectors d --model $tiny --out idx", "--model applies to embedding; --vectors indexes the shards",
