@@ -44,7 +44,8 @@ def test_tiny_scale_runs_end_to_end_and_a_rerun_runs_nothing(tmp_path, capsys):
     assert graphs[0] < graphs[1] - 3000 * 384 * 2  # a byte a component against four
     for kind, width in (("int8", 384), ("binary", 48)):  # quantised rows, 4x candidates rescored from fp32
         built, searched = records[f"index__build-{kind}"]["result"], records[f"index__search-{kind}"]["result"]
-        assert (built["quantize"], built["graphs"], built["quantized_bytes"]) == (kind, 0, 3000 * width)
+        assert (built["quantize"], built["graphs"], built["graph_dtype"], built["quantized_bytes"]) == (kind, 0, None,
+                                                                                                3000 * width)
         # 3,000 vectors around 1,024 centres: a query's top 10 are mostly other clusters' near-equal
         # neighbours, which sign bits tell apart less well than at 100,000 (0.98 there)
         assert searched["recall_at_10"] >= (0.99 if kind == "int8" else 0.5), (kind, searched["recall_at_10"])

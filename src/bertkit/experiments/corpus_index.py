@@ -130,7 +130,7 @@ def index_sizes(folder: Path) -> dict:
     files = meta["ann"]["files"] if meta.get("ann") else []
     quantized = meta.get("quantization") or {}
     return {"graphs": len(files), "vectors": meta["count"], "dtype": meta["dtype"],
-            "graph_dtype": (meta.get("ann") or {}).get("graph_dtype") or meta["dtype"],
+            "graph_dtype": (meta["ann"].get("graph_dtype") or meta["dtype"]) if meta.get("ann") else None,
             "quantize": quantized.get("kind"),
             "quantized_bytes": quantized["bytes_per_vector"] * meta["count"] if quantized else 0,  # rows, no header
             "build_seconds": meta["build_seconds"], "expansion_search": (meta.get("ann") or {}).get("expansion_search"),
