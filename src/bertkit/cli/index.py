@@ -41,6 +41,7 @@ from bertkit.cli.args import (
 from bertkit.cli.embed import add_vector_options
 from bertkit.errors import UserError
 from bertkit.search.quantized import QUANTIZATIONS, check_quantize
+from bertkit.search.vectors import DTYPES
 
 EMBEDDING_FLAGS = ("model", "input", "pooling", "max_length", "long_inputs", "window_stride", "best_chunk",
                    "dimensions", "prompt_name", "prompt")
@@ -60,9 +61,9 @@ def add_arguments(parser) -> None:
            "and searched together (0: one graph)")
     a("--out", required=True, help="index folder to write")
     add_overwrite(parser, "index")
-    a("--dtype", choices=("fp32", "fp16", "int8"), default="fp32",
+    a("--dtype", choices=tuple(DTYPES), default="fp32",
       help="how the vectors are stored (with --quantize: the copy kept on disk that rescores the candidates)")
-    a("--graph-dtype", choices=("fp32", "fp16", "int8"), default=None,
+    a("--graph-dtype", choices=tuple(DTYPES), default=None,
       help="the HNSW graph's own copy of the vectors (default: --dtype); int8 holds it in a quarter of fp32's bytes, "
            "so a memory-mapped search keeps less resident, and its candidates are still rescored from the --dtype "
            "vectors")

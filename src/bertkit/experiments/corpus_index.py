@@ -102,7 +102,7 @@ def build_argv(shards: Path, out: Path, p: dict, result: Path) -> list[str]:
     quantised rows and no graph)."""
     how = ["--quantize", p["quantize"]] if "quantize" in p else [
         "--ann-threshold", "0", "--graph-size", str(p["graph_size"]), "--connectivity", str(p["connectivity"]),
-        "--graph-dtype", p.get("graph_dtype", p["dtype"])]
+        "--graph-dtype", p["graph_dtype"]]
     return [sys.executable, "-m", "bertkit.experiments.corpus_index", "build", "--result", str(result), "index",
             "--vectors", str(shards), "--out", str(out), "--dtype", p["dtype"], *how, "--threads",
             str(p["threads"]), "--no-progress", "--overwrite"]

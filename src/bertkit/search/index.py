@@ -10,7 +10,9 @@ graph, so memory holds one chunk of text plus the vectors' own size, not the cor
 Below the threshold a query is scored against every vector (exact; fast at that size). Above it
 the graph proposes `max(2k, 32)` candidates, which are rescored exactly against the stored
 vectors, so every reported score is the same inner product exact search reports; equal scores
-keep index order. With `quantize` (int8 or binary) no graph is built: `quantized.npy`, the
+keep index order. The graph keeps its own copy of the vectors, in `graph_dtype` (default: the
+stored vectors' type; int8 a byte a component, which is what a memory-mapped search holds).
+With `quantize` (int8 or binary) no graph is built: `quantized.npy`, the
 quantised rows, is scanned exactly for k x oversample candidates, rescored from `vectors.npy`
 (`search.quantized`).
 
